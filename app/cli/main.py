@@ -1,0 +1,133 @@
+"""Command-line entry point: ``fireside [models|chat|export]``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from app import __version__
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="fireside", description="Chat with local GGUF language models, privately.")
+    parser.add_argument("--version", action="version", version=f"Fireside {__version__}")
+    parser.add_argument("--models-dir", action="append", default=[], type=Path,
+                        metavar="DIR", help="an extra folder of GGUF models (repeatable)")
+    parser.add_argument("--log-level", default=os.environ.get("FIRESIDE_LOG", "WARNING"),
+                        help=argparse.SUPPRESS)
+    commands = parser.add_subparsers(dest="command")
+
+    models = commands.add_parser("models", help="list the models Fireside can find")
+    models.add_argument("--json", action="store_true", help="one JSON object per model")
+
+    chat = commands.add_parser("chat", help="chat in the terminal")
+    chat.add_argument("prompt", nargs="?", help="answer this and exit (else read stdin)")
+    chat.add_argument("--model", "-m", help="a .gguf path or a model name from `models`")
+    chat.add_argument("--system", help="system prompt")
+    chat.add_argument("--temperature", type=float)
+    chat.add_argument("--top-p", type=float)
+    chat.add_argument("--top-k", type=int)
+    chat.add_argument("--min-p", type=float)
+    chat.add_argument("--repeat-penalty", type=float)
+    chat.add_argument("--seed", type=int)
+    chat.add_argument("--max-tokens", type=int)
+    chat.add_argument("--context", type=int, help="context size in tokens")
+    chat.add_argument("--threads", type=int)
+    chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
+
+    export = commands.add_parser("export", help="write conversations to stdout")
+    export.add_argument("id", nargs="?", type=int, help="a conversation id (default: latest)")
+    export.add_argument("--all", action="store_true", help="every conversation")
+    export.add_argument("--format", choices=["md", "json"], default="md")
+    return parser
+
+
+def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    checks = [
+        ("temperature", lambda v: v >= 0, "--temperature must be 0 or more"),
+        ("top_p", lambda v: 0 < v <= 1, "--top-p must be in (0, 1]"),
+        ("top_k", lambda v: v >= 0, "--top-k must be 0 or more"),
+        ("min_p", lambda v: 0 <= v <= 1, "--min-p must be in [0, 1]"),
+        ("max_tokens", lambda v: v > 0, "--max-tokens must be positive"),
+        ("context", lambda v: 256 <= v <= 1 << 20, "--context must be 256 to 1048576"),
+        ("threads", lambda v: v > 0, "--threads must be positive"),
+    ]
+    for name, ok, message in checks:
+        value = getattr(args, name, None)
+        if value is not None and not ok(value):
+            parser.error(message)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if args.command is None:
+        from app.cli.launch import open_window  # noqa: PLC0415 - Qt only when needed
+
+        return open_window(args)
+    if args.command == "models":
+        return _models(args)
+    if args.command == "export":
+        return _export(args)
+    _validate(parser, args)
+    from app.cli.terminal import run_chat  # noqa: PLC0415 - loads llama only when chatting
+
+    return run_chat(args)
+
+
+def _models(args: argparse.Namespace) -> int:
+    from app.core import catalog, settings  # noqa: PLC0415
+
+    prefs = settings.load().settings
+    folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
+    entries = catalog.scan(folders)
+    if args.json:
+        for entry in entries:
+            print(json.dumps(entry.to_json(), ensure_ascii=False))
+        return 0
+    if not entries:
+        from app.core import paths  # noqa: PLC0415
+
+        print(f"No models found. Put .gguf files in {paths.models_dir()}")
+        return 0
+    for entry in entries:
+        if entry.error:
+            print(f"{entry.name}  —  unusable: {entry.error}\n    {entry.path}")
+            continue
+        size = f"{entry.size_bytes / 1e6:,.0f} MB"
+        details = ", ".join(str(x) for x in (entry.architecture, entry.size_label,
+                                              entry.quantization, size) if x)
+        context = f"{entry.context_length:,} ctx" if entry.context_length else ""
+        print(f"{entry.name}  ({details}{', ' + context if context else ''})\n    {entry.path}")
+    return 0
+
+
+def _export(args: argparse.Namespace) -> int:
+    from app.core import export  # noqa: PLC0415
+    from app.core.store import Store  # noqa: PLC0415
+
+    store = Store()
+    try:
+        conversations = store.list_conversations()
+        if args.all:
+            ids = [c.id for c in conversations]
+        elif args.id is not None:
+            if store.get_conversation(args.id) is None:
+                print(f"fireside: no conversation with id {args.id}", file=sys.stderr)
+                return 2
+            ids = [args.id]
+        else:
+            ids = [conversations[0].id] if conversations else []
+        writer = export.export_json if args.format == "json" else export.export_markdown
+        sys.stdout.write(writer(store, ids))
+        return 0
+    finally:
+        store.close()

@@ -1,0 +1,272 @@
+"""``fireside chat``: a terminal chat on the same core as the window.
+
+Plain mode streams the reply as text; ``--json`` writes only JSON lines to stdout
+(``model_loaded``, ``delta``, ``reply``, ``chat_cleared``, ``models``, ``error``)
+for scripts. Everything else (progress, notes) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import signal
+import sys
+import threading
+from concurrent.futures import Future
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from app.core import catalog, settings
+from app.core.chat import ChatResult, ChatService, ChatTurn
+from app.core.engine import Engine, EngineError, LoadedModel, LoadOptions
+from app.core.models import choose_model
+from app.core.store import Store, StoreError
+
+STOP_GRACE_S = 1.5  # after a stop, how long to wait for the reply to be saved
+
+
+class _Terminated(Exception):
+    """SIGTERM or SIGHUP: finish like Ctrl-C at the prompt, saving the reply so far."""
+
+
+class Output:
+    def __init__(self, as_json: bool, out: TextIO = sys.stdout, err: TextIO = sys.stderr):
+        self.as_json = as_json
+        self.out = out
+        self.err = err
+        self._lock = threading.Lock()  # pieces arrive on the inference thread
+
+    def event(self, name: str, **fields: Any) -> None:
+        if self.as_json:
+            self._write(self.out, json.dumps({"event": name, **fields}, ensure_ascii=False)
+                        + "\n")
+
+    def text(self, text: str) -> None:
+        if not self.as_json:
+            self._write(self.out, text)
+
+    def note(self, text: str) -> None:
+        self._write(self.err, text + "\n")
+
+    def error(self, message: str) -> None:
+        if self.as_json:
+            self.event("error", message=message)
+        else:
+            self.note(f"fireside: {message}")
+
+    def _write(self, stream: TextIO, text: str) -> None:
+        with self._lock:
+            stream.write(text)
+            stream.flush()
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    prefs = settings.load().settings
+    out = Output(args.json)
+    folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
+    entries = catalog.scan(folders)
+    try:
+        model_path = choose_model(args.model, entries, prefs)
+    except LookupError as err:
+        out.error(str(err))
+        return 2
+    if args.context is not None:
+        prefs.context_size = args.context
+    if args.threads is not None:
+        prefs.threads = args.threads
+    sampling = dataclasses.replace(prefs.sampling(), **{
+        name: value for name, value in (
+            ("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k),
+            ("min_p", args.min_p), ("repeat_penalty", args.repeat_penalty),
+            ("seed", args.seed), ("max_tokens", args.max_tokens)) if value is not None})
+    system_prompt = args.system if args.system is not None else prefs.system_prompt
+
+    engine = Engine()
+    try:
+        store = Store()
+    except StoreError as err:
+        out.error(str(err))
+        engine.close()
+        return 1
+    chat = ChatService(engine, store)
+    previous_handlers = _install_signal_handlers()
+    try:
+        if _load(chat, model_path, prefs.load_options(), out) is None:
+            return 1
+        prefs.last_model = str(model_path)
+        _remember(prefs)
+        session = _Session(chat, out, sampling, system_prompt, entries, prefs)
+        if args.prompt is not None:
+            session.ask(args.prompt)
+            return 0
+        session.loop()
+        return 0
+    except (KeyboardInterrupt, _Terminated):
+        return 0
+    finally:
+        _restore_signal_handlers(previous_handlers)
+        engine.close()
+        store.close()
+
+
+def _remember(prefs: settings.Settings) -> None:
+    try:
+        settings.save(prefs)
+    except OSError:
+        pass  # remembering the last model is a convenience, never a failure
+
+
+def _load(chat: ChatService, path: Path, options: LoadOptions,
+          out: Output) -> LoadedModel | None:
+    def progress(fraction: float) -> None:
+        if not out.as_json and sys.stderr.isatty():
+            out.err.write(f"\rLoading {path.name}… {fraction:4.0%}")
+            out.err.flush()
+
+    future = chat.load_model(path, options, progress)
+    try:
+        loaded = _wait(future, on_interrupt=chat.engine.cancel_load)
+    except EngineError as err:
+        out.error(str(err))
+        return None
+    if not out.as_json and sys.stderr.isatty():
+        out.err.write("\r\033[K")
+    out.event("model_loaded", model=loaded.name, path=str(loaded.path),
+              seconds=round(loaded.seconds, 3))
+    if not out.as_json:
+        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context). "
+                 "Type /new for a new chat, /model NAME to switch, /quit to leave.")
+    return loaded
+
+
+def _wait(future: Future[Any], on_interrupt: Any) -> Any:
+    """Wait for ``future``; a first Ctrl-C calls ``on_interrupt`` and keeps waiting."""
+    interrupted = False
+    while True:
+        try:
+            return future.result(timeout=None if not interrupted else STOP_GRACE_S)
+        except KeyboardInterrupt:
+            if interrupted:
+                raise
+            interrupted = True
+            on_interrupt()
+
+
+class _Session:
+    def __init__(self, chat: ChatService, out: Output, sampling: Any, system_prompt: str,
+                 entries: list[catalog.ModelEntry], prefs: settings.Settings) -> None:
+        self.chat = chat
+        self.out = out
+        self.sampling = sampling
+        self.system_prompt = system_prompt
+        self.entries = entries
+        self.prefs = prefs
+
+    def ask(self, text: str) -> None:
+        try:
+            turn = self.chat.send(text, self.sampling, self.system_prompt, self._piece)
+        except (EngineError, StoreError) as err:
+            self.out.error(str(err))
+            return
+        self._finish(turn)
+
+    def _piece(self, text: str) -> None:
+        self.out.event("delta", text=text)
+        self.out.text(text)
+
+    def _finish(self, turn: ChatTurn) -> None:
+        try:
+            result: ChatResult = _wait(turn.future, on_interrupt=turn.stop)
+        except (KeyboardInterrupt, _Terminated):
+            turn.stop()
+            # Give the reply a moment to be saved before leaving.
+            try:
+                turn.future.result(timeout=STOP_GRACE_S)
+            except Exception:  # noqa: BLE001 - leaving anyway
+                pass
+            raise
+        except EngineError as err:
+            self.out.error(str(err))
+            return
+        stats = result.reply.stats
+        self.out.text("\n")
+        self.out.event("reply", text=result.reply.text, prompt_tokens=stats.prompt_tokens,
+                       cached_tokens=stats.cached_tokens, tokens=stats.tokens,
+                       ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
+                       stopped=stats.stopped, dropped_turns=stats.dropped_turns)
+        if not self.out.as_json:
+            if stats.stopped:
+                self.out.note("[stopped]")
+            if stats.dropped_turns:
+                self.out.note(f"[{stats.dropped_turns} earlier turn(s) left out to fit the "
+                              "context]")
+        if not result.saved:
+            self.out.error("This reply could not be saved (the disk may be full).")
+
+    def loop(self) -> None:
+        interactive = sys.stdin.isatty() and not self.out.as_json
+        while True:
+            if interactive:
+                self.out._write(self.out.err, "> ")
+            line = sys.stdin.readline()
+            if not line:
+                return
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if not self._command(line):
+                return
+
+    def _command(self, line: str) -> bool:
+        """Run one input line; False ends the session."""
+        command, _, argument = line.strip().partition(" ")
+        if command == "/quit":
+            return False
+        if command == "/new":
+            self.chat.new_chat().result()
+            self.out.event("chat_cleared")
+            if not self.out.as_json:
+                self.out.note("New chat.")
+        elif command == "/models":
+            self._list_models()
+        elif command == "/model":
+            self._switch(argument.strip())
+        else:
+            self.ask(line)
+        return True
+
+    def _list_models(self) -> None:
+        self.out.event("models", models=[e.to_json() for e in self.entries])
+        if not self.out.as_json:
+            for entry in self.entries:
+                state = f"unusable: {entry.error}" if entry.error else entry.quantization or ""
+                self.out.note(f"  {entry.name}  {state}")
+
+    def _switch(self, query: str) -> None:
+        try:
+            path = choose_model(query or None, self.entries, self.prefs, required=True)
+        except LookupError as err:
+            self.out.error(str(err))
+            return
+        if _load(self.chat, path, self.prefs.load_options(), self.out) is not None:
+            self.prefs.last_model = str(path)
+            _remember(self.prefs)
+
+
+def _install_signal_handlers() -> dict[int, Any]:
+    def terminate(signum: int, _frame: FrameType | None) -> None:
+        raise _Terminated(signal.Signals(signum).name)
+
+    previous: dict[int, Any] = {}
+    for name in ("SIGTERM", "SIGHUP"):
+        signum = getattr(signal, name, None)
+        if signum is not None:
+            previous[signum] = signal.signal(signum, terminate)
+    return previous
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for signum, handler in previous.items():
+        signal.signal(signum, handler)

@@ -1,0 +1,1 @@
+"""Fireside's core: models, inference, conversations. Never imports Qt."""

@@ -1,0 +1,542 @@
+"""The inference engine: one thread owns the loaded model and its one sequence.
+
+Every operation on the model (check, load, clear, tokenize, generate, close) runs on
+the inference thread, one at a time, in the order it was submitted; nothing else ever
+touches the ``Llama`` object. Nothing frees or replaces the model while work for it is
+still queued, and nothing is fire-and-forget. Callers get ``concurrent.futures``
+futures: a blocking caller waits on ``.result()``, an asyncio caller on
+``asyncio.wrap_future``. Stopping a reply is a flag, not a queued job, because the
+queue is busy while a reply streams.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import queue
+import random
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+import llama_cpp
+import llama_cpp._internals as llama_internals
+import psutil
+
+from app.core import gguf, llama_runtime, templates
+from app.core.detok import PieceDecoder
+from app.core.templates import ChatTemplate, Segment
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_MAX_CONTEXT = 8192
+BATCH_SIZE = 512
+
+
+class EngineError(Exception):
+    """Something the user should read: the message is written for them."""
+
+
+class ModelLoadError(EngineError):
+    pass
+
+
+class LoadCancelled(ModelLoadError):
+    pass
+
+
+class NoModelLoaded(EngineError):
+    def __init__(self) -> None:
+        super().__init__("No model is loaded. Choose a model first.")
+
+
+class PromptTooLong(EngineError):
+    pass
+
+
+class EngineClosed(EngineError):
+    def __init__(self) -> None:
+        super().__init__("Fireside is shutting down.")
+
+
+def default_threads() -> int:
+    # llama-cpp-python's default (half the logical CPUs) leaves decode speed on the
+    # table: one thread per physical core is measurably faster.
+    return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    n_ctx: int | None = None  # None: the trained length, capped at DEFAULT_MAX_CONTEXT
+    n_threads: int | None = None  # None: default_threads()
+    template_override: str | None = None
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    path: Path
+    name: str
+    architecture: str
+    n_ctx: int
+    n_ctx_train: int
+    n_threads: int
+    template: ChatTemplate
+    seconds: float
+    options: LoadOptions
+
+
+@dataclass(frozen=True)
+class Sampling:
+    temperature: float = 0.7
+    top_p: float = 0.95
+    top_k: int = 40
+    min_p: float = 0.05
+    repeat_penalty: float = 1.1
+    max_tokens: int = 1024
+    seed: int | None = None  # None: a new random seed per reply
+
+
+@dataclass(frozen=True)
+class PromptPlan:
+    tokens: list[int]
+    dropped_turns: int = 0
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    prompt_tokens: int
+    cached_tokens: int
+    tokens: int
+    ttft_s: float
+    tokens_per_s: float
+    stopped: bool
+    finish_reason: str  # "stop" | "length" | "context" | "stopped"
+    dropped_turns: int = 0
+    model: str = ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stats: ReplyStats
+
+
+class Session:
+    """What a prompt builder may use on the inference thread: template, size, tokenizer."""
+
+    def __init__(self, llm: llama_cpp.Llama, model: LoadedModel) -> None:
+        self._llm = llm
+        self.model = model
+
+    @property
+    def template(self) -> ChatTemplate:
+        return self.model.template
+
+    @property
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
+
+    def encode(self, segments: Sequence[Segment]) -> list[int]:
+        """Template text with special tokens parsed; message text always as plain text."""
+        tokens: list[int] = []
+        for segment in segments:
+            if segment.text:
+                tokens += self._llm.tokenize(segment.text.encode("utf-8", "surrogatepass"),
+                                             add_bos=False, special=not segment.is_content)
+        return tokens
+
+
+PromptBuilder = Callable[[Session], PromptPlan]
+PieceCallback = Callable[[str], None]
+
+
+@dataclass(eq=False)
+class ReplyHandle:
+    """A reply being generated: its future, and a way to stop it."""
+
+    future: Future[Reply] = field(default_factory=Future)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    @property
+    def stop_requested(self) -> bool:
+        return self._stop.is_set()
+
+
+@dataclass
+class _Job:
+    run: Callable[[], Any]
+    future: Future[Any]
+
+
+class Engine:
+    def __init__(self) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._llm: llama_cpp.Llama | None = None  # inference thread only
+        self._loaded: LoadedModel | None = None
+        self._known_architectures: set[str] = set()
+        self._cancel_load = threading.Event()
+        self._closing = threading.Event()
+        self._replies_lock = threading.Lock()
+        self._replies: set[ReplyHandle] = set()
+        self._active: ReplyHandle | None = None
+        # Checked by llama.cpp between graph nodes while a prompt is processed, so a
+        # stop does not wait for a whole batch. The object must outlive the context.
+        self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
+        self._thread = threading.Thread(target=self._serve, name="fireside-inference",
+                                        daemon=True)
+        self._thread.start()
+
+    # -- public API (any thread) -------------------------------------------------
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._loaded
+
+    def load(self, path: Path | str, options: LoadOptions | None = None,
+             on_progress: Callable[[float], None] | None = None) -> Future[LoadedModel]:
+        """Check ``path``, then replace the current model with it.
+
+        A file that fails the check is refused and the current model stays. If the load
+        itself fails or is cancelled, the previous model is loaded again.
+        """
+        self._cancel_load.clear()
+        return self._submit(lambda: self._switch(Path(path), options or LoadOptions(),
+                                                 on_progress))
+
+    def cancel_load(self) -> None:
+        self._cancel_load.set()
+
+    def clear(self) -> Future[None]:
+        """Start a new chat: forget the sequence's history; the model and context stay."""
+        return self._submit(self._clear)
+
+    def tokenize(self, text: str, special: bool = False) -> Future[list[int]]:
+        def run() -> list[int]:
+            return self._require_llm().tokenize(text.encode("utf-8", "surrogatepass"),
+                                                add_bos=False, special=special)
+        return self._submit(run)
+
+    def generate(self, build: PromptBuilder, sampling: Sampling,
+                 on_piece: PieceCallback | None = None) -> ReplyHandle:
+        """Stream a reply. ``on_piece`` is called on the inference thread for each piece."""
+        handle = ReplyHandle()
+        with self._replies_lock:
+            self._replies.add(handle)
+
+        def run() -> Reply:
+            try:
+                return self._generate(handle, build, sampling, on_piece)
+            finally:
+                with self._replies_lock:
+                    self._replies.discard(handle)
+
+        self._submit(run, handle.future)
+        return handle
+
+    def stop(self) -> None:
+        """Stop the running reply and any queued ones; their text so far is kept."""
+        with self._replies_lock:
+            for handle in self._replies:
+                handle.stop()
+
+    def close(self, timeout: float = 2.0) -> bool:
+        """Stop everything, close the model on its own thread. True if it finished."""
+        if not self._closing.is_set():
+            self._closing.set()
+            self.stop()
+            self._cancel_load.set()
+            self._jobs.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- inference thread ----------------------------------------------------------
+
+    def _submit(self, run: Callable[[], T], future: Future[T] | None = None) -> Future[T]:
+        future = future if future is not None else Future()
+        if self._closing.is_set():
+            future.set_exception(EngineClosed())
+        else:
+            self._jobs.put(_Job(run, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                break
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            if self._closing.is_set():
+                job.future.set_exception(EngineClosed())
+                continue
+            try:
+                job.future.set_result(job.run())
+            except BaseException as exc:  # delivered to the caller, never lost
+                job.future.set_exception(exc)
+        self._unload()
+        # Jobs that raced with close() must not wait forever.
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(EngineClosed())
+
+    def _require_llm(self) -> llama_cpp.Llama:
+        if self._llm is None:
+            raise NoModelLoaded()
+        return self._llm
+
+    def _should_abort(self, _data: object) -> bool:
+        active = self._active
+        return self._closing.is_set() or (active is not None and active.stop_requested)
+
+    def _clear(self) -> None:
+        llm = self._require_llm()
+        llm.reset()
+        llm._ctx.kv_cache_clear()  # noqa: SLF001 - drop the cells too, not just the count
+
+    # Loading ---------------------------------------------------------------------
+
+    def _switch(self, path: Path, options: LoadOptions,
+                on_progress: Callable[[float], None] | None) -> LoadedModel:
+        self._check(path, options)  # refuses before the current model is touched
+        previous = self._loaded
+        self._unload()
+        try:
+            return self._open(path, options, on_progress)
+        except ModelLoadError as err:
+            if previous is None or self._closing.is_set():
+                raise
+            self._cancel_load.clear()  # a cancel applies to the new file, not the way back
+            try:
+                self._open(previous.path, previous.options, None)
+            except ModelLoadError:
+                raise type(err)(f"{err} The previous model could not be loaded again.") from err
+            raise type(err)(f"{err} {previous.name} is loaded again.") from err
+
+    def _check(self, path: Path, options: LoadOptions) -> None:
+        """Refuse a file that cannot work, without unloading the current model."""
+        try:
+            header = gguf.read_header(path)
+        except gguf.GGUFError as err:
+            raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+        architecture = header.architecture or "unknown"
+        if architecture not in self._known_architectures:
+            self._check_vocab(path)
+        template_text = options.template_override or header.text("tokenizer.chat_template")
+        if template_text is not None:
+            try:
+                templates.validate(template_text)
+            except templates.TemplateError as err:
+                raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+
+    def _check_vocab(self, path: Path) -> None:
+        # A vocabulary-only load takes milliseconds and tells whether this llama.cpp
+        # knows the architecture; the weights are not read.
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        llama_runtime.router.recent_errors.clear()
+        try:
+            model = llama_internals.LlamaModel(path_model=str(path), params=params,
+                                               verbose=True)
+        except (ValueError, OSError) as err:
+            raise ModelLoadError(f"{path.name} cannot be used: {_llama_reason()}") from err
+        model.close()
+
+    def _open(self, path: Path, options: LoadOptions,
+              on_progress: Callable[[float], None] | None) -> LoadedModel:
+        started = time.perf_counter()
+        n_threads = options.n_threads or default_threads()
+        n_ctx_train = _trained_context(path)
+        n_ctx = options.n_ctx or min(n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
+
+        def progress(fraction: float) -> bool:
+            if on_progress is not None:
+                on_progress(fraction)
+            return not (self._cancel_load.is_set() or self._closing.is_set())
+
+        llama_runtime.router.recent_errors.clear()
+        try:
+            with llama_runtime.load_progress(progress):
+                llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=BATCH_SIZE,
+                                      n_threads=n_threads, n_threads_batch=n_threads,
+                                      verbose=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            if self._cancel_load.is_set() or self._closing.is_set():
+                raise LoadCancelled(f"Loading {path.name} was cancelled.") from err
+            raise ModelLoadError(f"{path.name} could not be loaded: {_llama_reason()}") from err
+        try:
+            template = _resolve_template(llm, options.template_override)
+        except templates.TemplateError as err:
+            llm.close()
+            raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+        metadata: dict[str, str] = llm.metadata
+        architecture = metadata.get("general.architecture", "unknown")
+        self._known_architectures.add(architecture)
+        self._llm = llm
+        self._loaded = LoadedModel(
+            path=path, name=metadata.get("general.name") or path.stem,
+            architecture=architecture, n_ctx=llm.n_ctx(),
+            n_ctx_train=llm._model.n_ctx_train(),  # noqa: SLF001
+            n_threads=n_threads, template=template,
+            seconds=time.perf_counter() - started, options=options)
+        if on_progress is not None:
+            on_progress(1.0)
+        return self._loaded
+
+    def _unload(self) -> None:
+        llm, self._llm, self._loaded = self._llm, None, None
+        if llm is not None:
+            llm.close()
+
+    # Generation ------------------------------------------------------------------
+
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
+                  on_piece: PieceCallback | None) -> Reply:
+        llm = self._require_llm()
+        model = self._loaded
+        assert model is not None
+        plan = build(Session(llm, model))
+        tokens = plan.tokens
+        if not tokens:
+            raise PromptTooLong("There is nothing to send.")
+        if len(tokens) >= model.n_ctx:
+            raise PromptTooLong(
+                f"The message is too long for this model's context ({len(tokens):,} tokens, "
+                f"the context holds {model.n_ctx:,}). Shorten it or raise the context size.")
+        cached = _reusable_prefix(llm, tokens)
+        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        decoder = PieceDecoder(vocab)
+        parts: list[str] = []
+        produced = 0
+        finish = "length"
+        started = time.perf_counter()
+        first_at = last_at = started
+        self._active = handle
+        # The abort check costs a Python call per graph node: worth it while a long
+        # prompt is processed, not for each generated token (stop is checked between).
+        _set_abort_callback(llm, self._abort_callback)
+        generator = llm.generate(tokens, top_k=sampling.top_k, top_p=sampling.top_p,
+                                 min_p=sampling.min_p, temp=sampling.temperature,
+                                 repeat_penalty=sampling.repeat_penalty)
+        try:
+            if handle.stop_requested:
+                raise _Stopped
+            for token in generator:
+                last_at = time.perf_counter()
+                if produced == 0:
+                    _set_abort_callback(llm, None)
+                    first_at = last_at
+                if llama_cpp.llama_vocab_is_eog(vocab, token):
+                    finish = "stop"
+                    break
+                produced += 1
+                piece = decoder.decode(token)
+                if piece:
+                    parts.append(piece)
+                    if on_piece is not None:
+                        on_piece(piece)
+                if handle.stop_requested or self._closing.is_set():
+                    finish = "stopped"
+                    break
+                if produced >= sampling.max_tokens:
+                    break
+                if llm.n_tokens + 1 >= model.n_ctx:
+                    finish = "context"
+                    break
+        except _Stopped:
+            finish = "stopped"
+        except RuntimeError:
+            # llama_decode returns 2 when the abort callback fired mid-batch.
+            if not (handle.stop_requested or self._closing.is_set()):
+                raise
+            finish = "stopped"
+        finally:
+            self._active = None
+            _set_abort_callback(llm, None)
+            generator.close()
+        tail = decoder.flush()
+        if tail:
+            parts.append(tail)
+            if on_piece is not None:
+                on_piece(tail)
+        if produced == 0:
+            first_at = last_at = time.perf_counter()
+        decode_s = last_at - first_at
+        stats = ReplyStats(
+            prompt_tokens=len(tokens), cached_tokens=cached, tokens=produced,
+            ttft_s=first_at - started,
+            tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
+            stopped=finish == "stopped", finish_reason=finish,
+            dropped_turns=plan.dropped_turns, model=model.name)
+        return Reply("".join(parts), stats)
+
+
+class _Stopped(Exception):
+    pass
+
+
+def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:
+    llama_cpp.llama_set_abort_callback(llm.ctx, callback or llama_cpp.ggml_abort_callback(),
+                                       None)
+
+
+def _reusable_prefix(llm: llama_cpp.Llama, tokens: Sequence[int]) -> int:
+    """How many prompt tokens the sequence already holds (what generate() will reuse)."""
+    cached = llm._input_ids  # noqa: SLF001
+    n = 0
+    for a, b in zip(cached, tokens, strict=False):
+        if a != b:
+            break
+        n += 1
+    # generate() re-evaluates one token when the whole prompt is cached.
+    return min(n, len(tokens) - 1)
+
+
+def _trained_context(path: Path) -> int:
+    try:
+        return gguf.read_header(path).context_length or 0
+    except gguf.GGUFError:
+        return 0
+
+
+def _llama_reason() -> str:
+    errors = list(llama_runtime.router.recent_errors)
+    detail = next((e for e in reversed(errors) if "unknown model architecture" in e), None)
+    detail = detail or (errors[-1] if errors else "")
+    detail = detail.removeprefix("llama_model_load: error loading model: ")
+    return detail or "llama.cpp could not read it (the file may be damaged or unsupported)."
+
+
+def _resolve_template(llm: llama_cpp.Llama, override: str | None) -> ChatTemplate:
+    model = llm._model  # noqa: SLF001
+
+    def has_token(text: str) -> bool:
+        return len(llm.tokenize(text.encode(), add_bos=False, special=True)) == 1 and \
+            model.token_get_text(llm.tokenize(text.encode(), add_bos=False,
+                                              special=True)[0]) == text
+
+    def token_text(token: int) -> str:
+        return model.token_get_text(token) if token >= 0 else ""
+
+    return templates.resolve(llm.metadata, has_token, bos_token=token_text(llm.token_bos()),
+                             eos_token=token_text(llm.token_eos()), override=override)
+
+
+__all__ = ["Engine", "EngineClosed", "EngineError", "LoadCancelled", "LoadOptions",
+           "LoadedModel", "ModelLoadError", "NoModelLoaded", "PromptBuilder", "PromptPlan",
+           "PromptTooLong", "Reply", "ReplyHandle", "ReplyStats", "Sampling", "Session",
+           "default_threads", "replace"]

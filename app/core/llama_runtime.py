@@ -1,0 +1,105 @@
+"""Process-wide adjustments to llama-cpp-python, applied once on import.
+
+- llama.cpp's log goes to Python ``logging`` (logger ``fireside.llama``), never to the
+  process's stdout/stderr, so the terminal's JSON output stays clean.
+- ``verbose=False`` would redirect file descriptors 1 and 2 with ``dup2`` while a model
+  loads, which is not thread-safe; we neutralise that redirection instead, so loads
+  are quiet without touching the process's descriptors.
+- The ``Llama`` constructor has no load-progress parameter; :func:`load_progress`
+  injects llama.cpp's progress callback (returning False cancels the load).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+
+import llama_cpp
+import llama_cpp._internals as llama_internals
+import llama_cpp.llama as llama_module
+import llama_cpp.llama_cpp as llama_c
+
+logger = logging.getLogger("fireside.llama")
+
+# ggml_log_level (NONE, DEBUG, INFO, WARN, ERROR) -> logging level; 5 (CONT) continues the
+# previous line. llama-cpp-python's own table predates ggml's current numbering.
+_LEVELS = {0: logging.INFO, 1: logging.DEBUG, 2: logging.INFO, 3: logging.WARNING,
+           4: logging.ERROR}
+
+
+class _LogRouter:
+    """Reassembles llama.cpp's partial log chunks into lines for ``logging``."""
+
+    def __init__(self) -> None:
+        self._level = logging.INFO
+        self._partial = ""
+        self._lock = threading.Lock()
+        # The last error lines, so a failed load can say *why* llama.cpp refused it.
+        self.recent_errors: deque[str] = deque(maxlen=8)
+
+    def __call__(self, level: int, text: bytes | None, _user_data: object) -> None:
+        chunk = (text or b"").decode("utf-8", "replace")
+        with self._lock:
+            if level != 5:
+                self._level = _LEVELS.get(level, logging.DEBUG)
+            self._partial += chunk
+            if "\n" not in self._partial:
+                return
+            *lines, self._partial = self._partial.split("\n")
+            for line in lines:
+                if line.strip():
+                    if self._level >= logging.ERROR:
+                        self.recent_errors.append(line.strip())
+                    logger.log(self._level, "%s", line.rstrip())
+
+
+router = _LogRouter()
+# ctypes must keep the callback object alive for as long as llama.cpp may call it.
+_log_callback = llama_cpp.llama_log_callback(router)
+llama_cpp.llama_log_set(_log_callback, ctypes.c_void_p(0))
+
+
+@contextlib.contextmanager
+def _no_redirect(disable: bool = True) -> Iterator[None]:
+    yield
+
+
+llama_module.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined]
+llama_internals.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined]
+
+# llama.py calls the function through the llama_cpp.llama_cpp module: patch it there.
+_default_model_params = llama_c.llama_model_default_params
+_params_lock = threading.Lock()
+
+
+@contextlib.contextmanager
+def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
+    """While active, models loaded on this thread report progress to ``on_progress``.
+
+    ``on_progress(fraction)`` returns False to cancel the load.
+    """
+
+    def report(progress: float, _user_data: object) -> bool:
+        try:
+            return bool(on_progress(max(0.0, min(1.0, progress))))
+        except Exception:  # an exception must not cross into C
+            logger.exception("load progress callback failed")
+            return False
+
+    callback = llama_cpp.llama_progress_callback(report)
+
+    def params_with_progress() -> llama_cpp.llama_model_params:
+        params = _default_model_params()
+        params.progress_callback = callback
+        return params
+
+    with _params_lock:
+        llama_c.llama_model_default_params = params_with_progress
+        try:
+            yield
+        finally:
+            llama_c.llama_model_default_params = _default_model_params
