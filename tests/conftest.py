@@ -9,11 +9,12 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core import bundled  # noqa: E402
+from app.core import bundled
 
 
 @pytest.fixture(autouse=True)
-def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+def isolated_dirs(tmp_path_factory: pytest.TempPathFactory,
+                  monkeypatch: pytest.MonkeyPatch) -> Path:
     """Every test gets its own data and config folders and no stray model folders."""
     root = tmp_path_factory.mktemp("fireside-home")
     monkeypatch.setenv("FIRESIDE_DATA_DIR", str(root / "data"))
@@ -25,7 +26,7 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.
 def _bundled(name: str) -> Path:
     path = bundled.bundled_dir() / name
     if not path.is_file():
-        pytest.fail(f"bundled model {name} is missing; run `make setup` (python -m app.core.bundled)")
+        pytest.fail(f"bundled model {name} is missing; run `make setup`")
     return path
 
 

@@ -67,8 +67,12 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
 def main(argv: Sequence[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(), stream=sys.stderr,
+    level = args.log_level.upper()
+    logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
+    if level == "WARNING":
+        # llama.cpp warns about quirks of model files that users cannot act on.
+        logging.getLogger("fireside.llama").setLevel(logging.ERROR)
     if args.command is None:
         from app.cli.launch import open_window  # noqa: PLC0415 - Qt only when needed
 

@@ -8,6 +8,7 @@ for scripts. Everything else (progress, notes) goes to stderr.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import signal
@@ -97,7 +98,8 @@ def run_chat(args: argparse.Namespace) -> int:
             return 1
         prefs.last_model = str(model_path)
         _remember(prefs)
-        session = _Session(chat, out, sampling, system_prompt, entries, prefs)
+        session = _Session(chat, out, sampling=sampling, system_prompt=system_prompt,
+                           entries=entries, prefs=prefs)
         if args.prompt is not None:
             session.ask(args.prompt)
             return 0
@@ -112,10 +114,8 @@ def run_chat(args: argparse.Namespace) -> int:
 
 
 def _remember(prefs: settings.Settings) -> None:
-    try:
+    with contextlib.suppress(OSError):  # remembering the last model is only a convenience
         settings.save(prefs)
-    except OSError:
-        pass  # remembering the last model is a convenience, never a failure
 
 
 def _load(chat: ChatService, path: Path, options: LoadOptions,
@@ -155,7 +155,7 @@ def _wait(future: Future[Any], on_interrupt: Any) -> Any:
 
 
 class _Session:
-    def __init__(self, chat: ChatService, out: Output, sampling: Any, system_prompt: str,
+    def __init__(self, chat: ChatService, out: Output, *, sampling: Any, system_prompt: str,
                  entries: list[catalog.ModelEntry], prefs: settings.Settings) -> None:
         self.chat = chat
         self.out = out
@@ -182,10 +182,8 @@ class _Session:
         except (KeyboardInterrupt, _Terminated):
             turn.stop()
             # Give the reply a moment to be saved before leaving.
-            try:
+            with contextlib.suppress(Exception):  # leaving anyway
                 turn.future.result(timeout=STOP_GRACE_S)
-            except Exception:  # noqa: BLE001 - leaving anyway
-                pass
             raise
         except EngineError as err:
             self.out.error(str(err))

@@ -11,7 +11,6 @@ queue is busy while a reply streams.
 
 from __future__ import annotations
 
-import ctypes
 import logging
 import os
 import queue
@@ -305,7 +304,7 @@ class Engine:
     def _clear(self) -> None:
         llm = self._require_llm()
         llm.reset()
-        llm._ctx.kv_cache_clear()  # noqa: SLF001 - drop the cells too, not just the count
+        llm._ctx.kv_cache_clear()
 
     # Loading ---------------------------------------------------------------------
 
@@ -389,7 +388,7 @@ class Engine:
         self._loaded = LoadedModel(
             path=path, name=metadata.get("general.name") or path.stem,
             architecture=architecture, n_ctx=llm.n_ctx(),
-            n_ctx_train=llm._model.n_ctx_train(),  # noqa: SLF001
+            n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,
             seconds=time.perf_counter() - started, options=options)
         if on_progress is not None:
@@ -496,7 +495,7 @@ def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:
 
 def _reusable_prefix(llm: llama_cpp.Llama, tokens: Sequence[int]) -> int:
     """How many prompt tokens the sequence already holds (what generate() will reuse)."""
-    cached = llm._input_ids  # noqa: SLF001
+    cached = llm._input_ids
     n = 0
     for a, b in zip(cached, tokens, strict=False):
         if a != b:
@@ -522,18 +521,20 @@ def _llama_reason() -> str:
 
 
 def _resolve_template(llm: llama_cpp.Llama, override: str | None) -> ChatTemplate:
-    model = llm._model  # noqa: SLF001
+    model = llm._model
 
     def has_token(text: str) -> bool:
-        return len(llm.tokenize(text.encode(), add_bos=False, special=True)) == 1 and \
-            model.token_get_text(llm.tokenize(text.encode(), add_bos=False,
-                                              special=True)[0]) == text
+        tokens = llm.tokenize(text.encode(), add_bos=False, special=True)
+        return len(tokens) == 1 and model.token_get_text(tokens[0]) == text
 
     def token_text(token: int) -> str:
         return model.token_get_text(token) if token >= 0 else ""
 
+    vocab = llama_cpp.llama_model_get_vocab(llm.model)
     return templates.resolve(llm.metadata, has_token, bos_token=token_text(llm.token_bos()),
-                             eos_token=token_text(llm.token_eos()), override=override)
+                             eos_token=token_text(llm.token_eos()),
+                             add_bos=bool(llama_cpp.llama_vocab_get_add_bos(vocab)),
+                             override=override)
 
 
 __all__ = ["Engine", "EngineClosed", "EngineError", "LoadCancelled", "LoadOptions",

@@ -68,8 +68,8 @@ def _no_redirect(disable: bool = True) -> Iterator[None]:
     yield
 
 
-llama_module.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined]
-llama_internals.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined]
+llama_module.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined,assignment]
+llama_internals.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defined,assignment]
 
 # llama.py calls the function through the llama_cpp.llama_cpp module: patch it there.
 _default_model_params = llama_c.llama_model_default_params
@@ -93,7 +93,7 @@ def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
     callback = llama_cpp.llama_progress_callback(report)
 
     def params_with_progress() -> llama_cpp.llama_model_params:
-        params = _default_model_params()
+        params: llama_cpp.llama_model_params = _default_model_params()
         params.progress_callback = callback
         return params
 

@@ -92,8 +92,8 @@ def test_user_text_is_tokenized_as_text(smol_engine: Engine) -> None:
 def test_new_chat_clears_history_but_keeps_the_model(smol_engine: Engine) -> None:
     loaded = smol_engine.loaded
     first = ask(smol_engine, user(PROBE))
-    ask(smol_engine, user(PROBE) + [{"role": "assistant", "content": first.text},
-                                    {"role": "user", "content": "And of Italy?"}])
+    ask(smol_engine, [*user(PROBE), {"role": "assistant", "content": first.text},
+                      {"role": "user", "content": "And of Italy?"}])
     smol_engine.clear().result()
     again = ask(smol_engine, user(PROBE))
     assert smol_engine.loaded is loaded
@@ -298,7 +298,8 @@ def test_100_chats_on_gemma_never_bleed(engine: Engine, gemma_path: Path) -> Non
         engine.clear().result()
         secret = f"zebra{i:03d}quartz"
         secrets.append(secret)
-        ask(engine, user(f"The secret word is {secret}. Remember it."))
+        ask(engine, user(f"The secret word is {secret}. Remember it."),
+            Sampling(temperature=0.0, max_tokens=4, seed=1))
         engine.clear().result()
         reply = ask(engine, user(probe))
         assert reply.text == fresh, f"chat {i} differs from a fresh process"

@@ -1,0 +1,296 @@
+"""Finds the GGUF models on disk and describes each one from its header.
+
+Models are used where they lie (another app's folder, the Hugging Face cache), so the
+scan follows symbolic links, lists each file once however it was reached, and turns
+every unreadable or unusable file into an entry with a reason instead of an exception.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+from app.core import paths
+from app.core.bundled import bundled_dir
+from app.core.gguf import GGUFError, GGUFHeader, read_header
+
+BUNDLED = "bundled"
+MODELS_FOLDER = "models folder"
+SETTINGS = "settings"
+ENVIRONMENT = "environment"
+COMMAND_LINE = "command line"
+
+# llama.cpp's split naming: <prefix>-00001-of-00003.gguf
+_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
+
+
+@dataclass(frozen=True)
+class ModelEntry:
+    name: str
+    path: Path  # the file to load: the first shard of a split model
+    shards: tuple[Path, ...]
+    source: str
+    architecture: str | None = None
+    parameter_count: int | None = None
+    size_label: str | None = None
+    quantization: str | None = None
+    context_length: int | None = None
+    has_chat_template: bool = False
+    size_bytes: int = 0
+    error: str | None = None  # why the model cannot be used
+
+    @property
+    def usable(self) -> bool:
+        return self.error is None
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "name": self.name,
+            "path": str(self.path),
+            "shards": [str(p) for p in self.shards],
+            "source": self.source,
+            "architecture": self.architecture,
+            "parameter_count": self.parameter_count,
+            "size_label": self.size_label,
+            "quantization": self.quantization,
+            "context_length": self.context_length,
+            "has_chat_template": self.has_chat_template,
+            "size_bytes": self.size_bytes,
+            "error": self.error,
+        }
+
+
+def describe(path: str | os.PathLike[str], source: str = COMMAND_LINE) -> ModelEntry:
+    """The entry for one file (or the split set it belongs to); errors go in `.error`."""
+    return _inspect(Path(path), source)[0]
+
+
+def scan(folders: Sequence[tuple[Path, str]]) -> list[ModelEntry]:
+    """Every chat model under the folders (recursively), once each, sorted by name."""
+    seen: set[object] = set()
+    walked: set[tuple[int, int]] = set()
+    entries: list[ModelEntry] = []
+    for folder, source in folders:
+        for path in _gguf_files(Path(folder), walked):
+            if _is_projector_name(path):
+                continue
+            first = _shard_paths(path)[0]
+            identity = _identity(first)
+            if identity in seen:
+                continue
+            seen.add(identity)
+            entry, chat_model = _inspect(first, source)
+            if chat_model:
+                entries.append(entry)
+    return _with_unique_names(entries)
+
+
+def default_folders(extra: Sequence[Path] = (), cli: Sequence[Path] = ()) -> list[tuple[Path, str]]:
+    """Where to look, in order of precedence: the first folder to reach a file names its source."""
+    candidates = [(bundled_dir(), BUNDLED), (paths.models_dir(), MODELS_FOLDER)]
+    candidates += [(Path(p).expanduser(), SETTINGS) for p in extra]
+    candidates += [(p, ENVIRONMENT) for p in paths.env_models_dirs()]
+    candidates += [(Path(p).expanduser(), COMMAND_LINE) for p in cli]
+    folders: list[tuple[Path, str]] = []
+    listed: set[str] = set()
+    for folder, source in candidates:
+        key = os.path.normcase(os.path.realpath(folder))
+        if key not in listed:
+            listed.add(key)
+            folders.append((folder, source))
+    return folders
+
+
+def find(
+    entries: Sequence[ModelEntry], query: str | os.PathLike[str], source: str = COMMAND_LINE
+) -> ModelEntry | None:
+    """The model a user means: a path to a .gguf file (anywhere) or a name.
+
+    Names match case-insensitively; an exact name beats a file name, which beats a prefix.
+    A path that does not lead to a usable file still gives an entry, carrying the reason.
+    """
+    text = os.fspath(query).strip()
+    if not text:
+        return None
+    try:
+        candidate = Path(text).expanduser()
+    except RuntimeError:  # "~someone" with no such user
+        candidate = Path(text)
+    wanted = text.casefold()
+    path_like = os.sep in text or "/" in text or wanted.endswith(".gguf")
+    info = _stat(candidate)
+    if info and (path_like or stat.S_ISREG(info.st_mode)):
+        identity = _identity(_shard_paths(candidate)[0])
+        for entry in entries:
+            if any(_identity(shard) == identity for shard in entry.shards):
+                return entry
+        return describe(candidate, source)
+    for matches in (
+        lambda e: e.name.casefold() == wanted,
+        lambda e: wanted in (e.path.name.casefold(), _clean_stem(e.path).casefold()),
+        lambda e: e.name.casefold().startswith(wanted),
+    ):
+        found = next((e for e in entries if matches(e)), None)
+        if found is not None:
+            return found
+    return describe(candidate, source) if path_like else None
+
+
+def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
+    """The entry for a file, and whether it is a chat model worth listing."""
+    shards = _shard_paths(path)
+    first = shards[0]
+    entry = ModelEntry(
+        name=_clean_stem(first),
+        path=first,
+        shards=tuple(shards),
+        source=source,
+        size_bytes=sum(_file_size(p) for p in shards),
+    )
+    missing = [i for i, p in enumerate(shards, 1) if _stat(p) is None]
+    if len(shards) > 1 and missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        reason = f"part {missing[0]} of {len(shards)} is missing: {shards[missing[0] - 1].name}"
+        return replace(entry, error=reason + more), True
+    try:
+        headers = [read_header(p) for p in shards]
+    except GGUFError as failure:
+        prefix = f"{failure.path.name}: " if len(shards) > 1 and failure.path else ""
+        return replace(entry, error=prefix + failure.reason), True
+
+    # A split model's first shard holds the metadata; every shard holds tensors.
+    head = replace(headers[0], tensors=[t for h in headers for t in h.tensors])
+    not_chat = _not_a_chat_model(first, head)
+    unnamed = None if head.architecture else "the file does not name its architecture"
+    entry = replace(
+        entry,
+        name=head.name or entry.name,
+        architecture=head.architecture,
+        parameter_count=head.parameter_count,
+        size_label=head.size_label,
+        quantization=head.quantization,
+        context_length=head.context_length,
+        has_chat_template=head.has_chat_template,
+        error=not_chat or unnamed,
+    )
+    return entry, not_chat is None
+
+
+def _not_a_chat_model(path: Path, header: GGUFHeader) -> str | None:
+    kind = (header.model_type or "").lower()
+    if _is_projector_name(path) or kind == "mmproj" or header.architecture == "clip":
+        return "a vision projector (mmproj), not a chat model"
+    if kind == "adapter":
+        return "a LoRA adapter, not a chat model"
+    return None
+
+
+def _is_projector_name(path: Path) -> bool:
+    return "mmproj" in path.name.lower()
+
+
+def _shard_paths(path: Path) -> list[Path]:
+    """All files of the split set `path` belongs to, first shard first; else [path]."""
+    match = _SPLIT.match(path.name)
+    if not match:
+        return [path]
+    number, count = int(match["no"]), int(match["count"])
+    if not 1 <= number <= count:
+        return [path]
+    prefix, ext = match["prefix"], match["ext"]
+    return [path.with_name(f"{prefix}-{i:05d}-of-{count:05d}{ext}") for i in range(1, count + 1)]
+
+
+def _clean_stem(path: Path) -> str:
+    match = _SPLIT.match(path.name)
+    if match:
+        return match["prefix"]
+    return path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return path.stat()
+    except (OSError, ValueError):  # ValueError: a NUL byte in the path
+        return None
+
+
+def _identity(path: Path) -> object:
+    """The same file however it is reached: symbolic link, hard link, overlapping folders."""
+    info = _stat(path)
+    if info is None:
+        return os.path.normcase(os.path.abspath(path))
+    return (info.st_dev, info.st_ino)
+
+
+def _file_size(path: Path) -> int:
+    info = _stat(path)
+    return info.st_size if info and stat.S_ISREG(info.st_mode) else 0
+
+
+def _gguf_files(folder: Path, walked: set[tuple[int, int]]) -> Iterator[Path]:
+    """Files and folders named *.gguf under folder; unreadable folders are passed over."""
+    if folder.name.lower().endswith(".gguf") and not folder.is_dir():
+        yield folder  # a model file given where a folder was expected
+        return
+    stack = [folder]
+    while stack:
+        directory = stack.pop()
+        try:
+            info = directory.stat()
+            if (info.st_dev, info.st_ino) in walked:  # a link loop or an overlapping folder
+                continue
+            walked.add((info.st_dev, info.st_ino))
+            with os.scandir(directory) as listing:
+                items = sorted(listing, key=lambda item: item.name)
+        except OSError:
+            continue
+        subfolders: list[Path] = []
+        for item in items:
+            if item.name.lower().endswith(".gguf"):
+                yield Path(item.path)
+                continue
+            try:
+                if item.is_dir():
+                    subfolders.append(Path(item.path))
+            except OSError:
+                continue
+        stack.extend(reversed(subfolders))
+
+
+def _with_unique_names(entries: list[ModelEntry]) -> list[ModelEntry]:
+    """Tell same-named models apart by quantization, then source, then folder, then number."""
+    entries = sorted(entries, key=lambda e: (e.name.casefold(), str(e.path)))
+    qualifiers: list[list[str]] = [[] for _ in entries]
+
+    def labels() -> list[str]:
+        return [
+            f"{e.name} ({', '.join(q)})" if q else e.name
+            for e, q in zip(entries, qualifiers, strict=True)
+        ]
+
+    rounds: list[Callable[[ModelEntry], str | None]] = [
+        lambda e: e.quantization,
+        lambda e: e.source,
+        lambda e: e.path.parent.name or None,
+    ]
+    for qualifier in rounds:
+        current = labels()
+        clashes = Counter(label.casefold() for label in current)
+        for i, entry in enumerate(entries):
+            extra = qualifier(entry)
+            if clashes[current[i].casefold()] > 1 and extra and extra not in qualifiers[i]:
+                qualifiers[i].append(extra)
+    final = labels()
+    taken: Counter[str] = Counter()
+    for i, label in enumerate(final):
+        taken[label.casefold()] += 1
+        if taken[label.casefold()] > 1:
+            final[i] = f"{label} #{taken[label.casefold()]}"
+    named = [replace(e, name=n) for e, n in zip(entries, final, strict=True)]
+    return sorted(named, key=lambda e: (e.name.casefold(), str(e.path)))

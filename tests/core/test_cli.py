@@ -1,0 +1,142 @@
+"""The terminal face, driven as a user or a script would: a real `fireside` process."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.core.helpers import PROBE
+
+
+def fireside(*args: str, stdin: str | None = None, timeout: float = 240) -> \
+        subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "app", *args], input=stdin, check=False,
+                          capture_output=True, text=True, timeout=timeout, env=dict(os.environ))
+
+
+def events(stdout: str) -> list[dict[str, Any]]:
+    # --json promises that stdout carries nothing but JSON lines.
+    return [json.loads(line) for line in stdout.splitlines()]
+
+
+def test_models_lists_the_bundled_models() -> None:
+    result = fireside("models", "--json")
+    assert result.returncode == 0, result.stderr
+    models = events(result.stdout)
+    by_arch = {m["architecture"]: m for m in models}
+    assert {"llama", "gemma3"} <= set(by_arch)
+    for model in models:
+        assert {"name", "path", "architecture", "size_bytes", "context_length",
+                "quantization", "error"} <= set(model)
+    assert by_arch["gemma3"]["quantization"] == "Q4_K_M"
+    assert by_arch["llama"]["error"] is None
+
+
+def test_chat_answers_a_prompt_and_streams_json() -> None:
+    result = fireside("chat", "--json", "--temperature", "0", "--max-tokens", "24", PROBE)
+    assert result.returncode == 0, result.stderr
+    stream = events(result.stdout)
+    assert stream[0]["event"] == "model_loaded" and stream[0]["seconds"] > 0
+    deltas = [e["text"] for e in stream if e["event"] == "delta"]
+    reply = stream[-1]
+    assert reply["event"] == "reply" and "Paris" in reply["text"]
+    assert "".join(deltas) == reply["text"]
+    for key in ("prompt_tokens", "cached_tokens", "tokens", "ttft_s", "tokens_per_s",
+                "stopped", "dropped_turns"):
+        assert key in reply
+
+
+def test_plain_chat_prints_the_answer() -> None:
+    result = fireside("chat", "--temperature", "0", "--max-tokens", "24", PROBE)
+    assert result.returncode == 0
+    assert "Paris" in result.stdout
+
+
+def test_a_stdin_session_with_commands(gemma_path: Path, tmp_path: Path) -> None:
+    broken = tmp_path / "broken.gguf"
+    broken.write_bytes(b"GGUF" + b"\x00" * 10)
+    script = "\n".join([PROBE, "/new", f"/model {broken}", "/models", f"/model {gemma_path}",
+                        "Hello!", "/quit", "never sent"]) + "\n"
+    result = fireside("chat", "--json", "--temperature", "0", "--max-tokens", "16",
+                      stdin=script)
+    assert result.returncode == 0, result.stderr
+    names = [e["event"] for e in events(result.stdout)]
+    compact = [n for i, n in enumerate(names) if n != "delta" or names[i - 1] != "delta"]
+    assert compact == ["model_loaded", "delta", "reply", "chat_cleared", "error", "models",
+                       "model_loaded", "delta", "reply"]
+    stream = events(result.stdout)
+    assert "Paris" in stream[names.index("reply")]["text"]
+    error = next(e for e in stream if e["event"] == "error")
+    assert "broken.gguf" in error["message"]
+    assert stream[-1]["event"] == "reply" and stream[-1]["text"]
+
+
+def test_conversations_from_the_terminal_are_stored_and_exported() -> None:
+    fireside("chat", "--temperature", "0", "--max-tokens", "24", PROBE)
+    exported = fireside("export", "--format", "json", "--all")
+    assert exported.returncode == 0
+    conversations = json.loads(exported.stdout)["conversations"]
+    assert len(conversations) == 1
+    texts = [m["text"] for m in conversations[0]["messages"]]
+    assert texts[0] == PROBE and "Paris" in texts[1]
+    markdown = fireside("export").stdout
+    assert PROBE in markdown and "Paris" in markdown
+
+
+@pytest.mark.parametrize("args", [["chat", "--top-p", "2", "hi"], ["chat", "--max-tokens", "0"],
+                                  ["chat", "--model", "no-such-model", "hi"], ["nonsense"]])
+def test_bad_arguments_exit_non_zero(args: list[str]) -> None:
+    result = fireside(*args)
+    assert result.returncode == 2
+    assert result.stderr.strip() or result.stdout.strip()
+
+
+def test_a_model_that_cannot_load_at_start_exits_1(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_text("not a model")
+    result = fireside("chat", "--json", "--model", str(bad), "hi")
+    assert result.returncode == 1
+    (event,) = events(result.stdout)
+    assert event["event"] == "error" and "bad.gguf" in event["message"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_signal_during_a_reply(sig: signal.Signals, gemma_path: Path) -> None:
+    """Ctrl-C stops the reply and keeps the session; SIGTERM saves it and exits."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "chat", "--json", "--model", str(gemma_path),
+         "--temperature", "0.8", "--max-tokens", "3000"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ))
+    assert process.stdin is not None and process.stdout is not None
+    process.stdin.write("Write a very long story about the sea.\n")
+    process.stdin.flush()
+    seen = 0
+    for line in process.stdout:
+        if json.loads(line)["event"] == "delta":
+            seen += 1
+            if seen == 10:
+                break
+    process.send_signal(sig)
+    rest = [json.loads(line) for line in iter(process.stdout.readline, "")
+            if line.strip()] if sig != signal.SIGINT else []
+    if sig == signal.SIGINT:
+        for line in process.stdout:
+            event = json.loads(line)
+            if event["event"] == "reply":
+                assert event["stopped"] is True
+                break
+        process.stdin.write(f"{PROBE}\n/quit\n")
+        process.stdin.flush()
+        rest = [json.loads(line) for line in process.stdout]
+        assert rest[-1]["event"] == "reply" and rest[-1]["text"]
+    assert process.wait(timeout=10) == 0
+    stored = json.loads(fireside("export", "--format", "json", "--all").stdout)
+    assert stored["conversations"][0]["messages"][1]["text"], "the partial reply was saved"
