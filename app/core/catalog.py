@@ -11,7 +11,7 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -169,7 +169,7 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
     unnamed = None if head.architecture else "the file does not name its architecture"
     entry = replace(
         entry,
-        name=head.name or entry.name,
+        name=display_name(head.metadata, first),
         architecture=head.architecture,
         parameter_count=head.parameter_count,
         size_label=head.size_label,
@@ -206,11 +206,27 @@ def _shard_paths(path: Path) -> list[Path]:
     return [path.with_name(f"{prefix}-{i:05d}-of-{count:05d}{ext}") for i in range(1, count + 1)]
 
 
+_QUANT_SUFFIX = re.compile(r"[._-](?:I?Q\d[\w]*|F16|F32|BF16)$", re.IGNORECASE)
+
+
+def display_name(metadata: Mapping[str, object], path: Path) -> str:
+    """general.name, unless it is a training-run label: then the file's name."""
+    name = metadata.get("general.name")
+    finetune = metadata.get("general.finetune")
+    if not isinstance(name, str) or not name.strip():
+        return _clean_stem(path)
+    # e.g. "Smollm2 135M 8k Lc100K Mix1 Ep2" for SmolLM2-135M-Instruct.Q4_1.gguf
+    if isinstance(finetune, str) and finetune.replace("-", " ").casefold() in name.casefold():
+        return _clean_stem(path)
+    return name.strip()
+
+
 def _clean_stem(path: Path) -> str:
+    """The file name without extension, shard number or quantization tag."""
     match = _SPLIT.match(path.name)
-    if match:
-        return match["prefix"]
-    return path.name[:-5] if path.name.lower().endswith(".gguf") else path.name
+    stem = match["prefix"] if match else path.name
+    stem = stem[:-5] if stem.lower().endswith(".gguf") else stem
+    return _QUANT_SUFFIX.sub("", stem) or stem
 
 
 def _stat(path: Path) -> os.stat_result | None:

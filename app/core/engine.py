@@ -27,7 +27,7 @@ import llama_cpp
 import llama_cpp._internals as llama_internals
 import psutil
 
-from app.core import gguf, llama_runtime, templates
+from app.core import catalog, gguf, llama_runtime, templates
 from app.core.detok import PieceDecoder
 from app.core.templates import ChatTemplate, Segment
 
@@ -386,7 +386,7 @@ class Engine:
         self._known_architectures.add(architecture)
         self._llm = llm
         self._loaded = LoadedModel(
-            path=path, name=metadata.get("general.name") or path.stem,
+            path=path, name=catalog.display_name(metadata, path),
             architecture=architecture, n_ctx=llm.n_ctx(),
             n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,

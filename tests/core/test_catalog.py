@@ -50,11 +50,12 @@ def test_describe_real_models(smollm2_path: Path, gemma_path: Path) -> None:
         assert entry.error is None
         assert entry.path == path and entry.shards == (path,)
         assert entry.source == "bundled"
-        assert entry.name == header.name
         assert entry.size_bytes == path.stat().st_size
         assert entry.context_length == header.context_length
         assert entry.parameter_count == header.parameter_count
     assert (smol.architecture, smol.quantization, smol.has_chat_template) == ("llama", "Q4_1", True)
+    # Gemma's general.name reads well; SmolLM2's is a training-run label, so its file names it.
+    assert (gemma.name, smol.name) == ("Gemma 3 270m", "SmolLM2-135M-Instruct")
     assert (gemma.architecture, gemma.quantization, gemma.has_chat_template) == (
         "gemma3",
         "Q4_K_M",
@@ -73,7 +74,7 @@ def test_to_json_is_plain_data(smollm2_path: Path) -> None:
 
 def test_name_falls_back_to_the_file_name(tmp_path: Path) -> None:
     path = write_gguf(tmp_path / "my-model.Q8_0.gguf")
-    assert describe(path).name == "my-model.Q8_0"
+    assert describe(path).name == "my-model"  # without its quantization tag
 
 
 def test_size_label_derived_when_absent(tmp_path: Path) -> None:

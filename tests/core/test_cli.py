@@ -107,36 +107,47 @@ def test_a_model_that_cannot_load_at_start_exits_1(tmp_path: Path) -> None:
     assert event["event"] == "error" and "bad.gguf" in event["message"]
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_signal_during_a_reply(sig: signal.Signals, gemma_path: Path) -> None:
-    """Ctrl-C stops the reply and keeps the session; SIGTERM saves it and exits."""
+def _start_long_reply(model: Path) -> subprocess.Popen[str]:
+    """A stdin session whose first reply streams for a long time; returns once it streams."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "chat", "--json", "--model", str(gemma_path),
+        [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),
          "--temperature", "0.8", "--max-tokens", "3000"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ))
     assert process.stdin is not None and process.stdout is not None
     process.stdin.write("Write a very long story about the sea.\n")
     process.stdin.flush()
-    seen = 0
-    for line in process.stdout:
-        if json.loads(line)["event"] == "delta":
-            seen += 1
-            if seen == 10:
-                break
-    process.send_signal(sig)
-    rest = [json.loads(line) for line in iter(process.stdout.readline, "")
-            if line.strip()] if sig != signal.SIGINT else []
-    if sig == signal.SIGINT:
-        for line in process.stdout:
-            event = json.loads(line)
-            if event["event"] == "reply":
-                assert event["stopped"] is True
-                break
-        process.stdin.write(f"{PROBE}\n/quit\n")
-        process.stdin.flush()
-        rest = [json.loads(line) for line in process.stdout]
-        assert rest[-1]["event"] == "reply" and rest[-1]["text"]
-    assert process.wait(timeout=10) == 0
+    deltas = 0
+    while deltas < 10:
+        if json.loads(process.stdout.readline())["event"] == "delta":
+            deltas += 1
+    return process
+
+
+def _stored_reply() -> str:
     stored = json.loads(fireside("export", "--format", "json", "--all").stdout)
-    assert stored["conversations"][0]["messages"][1]["text"], "the partial reply was saved"
+    text: str = stored["conversations"][0]["messages"][1]["text"]
+    return text
+
+
+def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(gemma_path: Path) -> None:
+    process = _start_long_reply(gemma_path)
+    assert process.stdin is not None and process.stdout is not None
+    process.send_signal(signal.SIGINT)
+    reply = next(e for e in map(json.loads, process.stdout) if e["event"] == "reply")
+    assert reply["stopped"] is True and reply["text"]
+    process.stdin.write(f"{PROBE}\n/quit\n")
+    process.stdin.flush()
+    rest = [json.loads(line) for line in process.stdout]
+    assert rest[-1]["event"] == "reply" and rest[-1]["stopped"] is False
+    assert process.wait(timeout=10) == 0
+    assert _stored_reply() == reply["text"]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
+def test_terminating_during_a_reply_saves_it_and_exits(sig: signal.Signals,
+                                                        gemma_path: Path) -> None:
+    process = _start_long_reply(gemma_path)
+    process.send_signal(sig)
+    assert process.wait(timeout=10) == 0
+    assert _stored_reply()
