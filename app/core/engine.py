@@ -310,22 +310,22 @@ class Engine:
 
     def _switch(self, path: Path, options: LoadOptions,
                 on_progress: Callable[[float], None] | None) -> LoadedModel:
-        self._check(path, options)  # refuses before the current model is touched
+        header = self._check(path, options)  # refuses before the current model is touched
         previous = self._loaded
         self._unload()
         try:
-            return self._open(path, options, on_progress)
+            return self._open(path, options, on_progress, header.context_length or 0)
         except ModelLoadError as err:
             if previous is None or self._closing.is_set():
                 raise
             self._cancel_load.clear()  # a cancel applies to the new file, not the way back
             try:
-                self._open(previous.path, previous.options, None)
+                self._open(previous.path, previous.options, None, previous.n_ctx_train)
             except ModelLoadError:
                 raise type(err)(f"{err} The previous model could not be loaded again.") from err
             raise type(err)(f"{err} {previous.name} is loaded again.") from err
 
-    def _check(self, path: Path, options: LoadOptions) -> None:
+    def _check(self, path: Path, options: LoadOptions) -> gguf.GGUFHeader:
         """Refuse a file that cannot work, without unloading the current model."""
         try:
             header = gguf.read_header(path)
@@ -340,6 +340,7 @@ class Engine:
                 templates.validate(template_text)
             except templates.TemplateError as err:
                 raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+        return header
 
     def _check_vocab(self, path: Path) -> None:
         # A vocabulary-only load takes milliseconds and tells whether this llama.cpp
@@ -355,10 +356,9 @@ class Engine:
         model.close()
 
     def _open(self, path: Path, options: LoadOptions,
-              on_progress: Callable[[float], None] | None) -> LoadedModel:
+              on_progress: Callable[[float], None] | None, n_ctx_train: int) -> LoadedModel:
         started = time.perf_counter()
         n_threads = options.n_threads or default_threads()
-        n_ctx_train = _trained_context(path)
         n_ctx = options.n_ctx or min(n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
 
         def progress(fraction: float) -> bool:
@@ -503,13 +503,6 @@ def _reusable_prefix(llm: llama_cpp.Llama, tokens: Sequence[int]) -> int:
         n += 1
     # generate() re-evaluates one token when the whole prompt is cached.
     return min(n, len(tokens) - 1)
-
-
-def _trained_context(path: Path) -> int:
-    try:
-        return gguf.read_header(path).context_length or 0
-    except gguf.GGUFError:
-        return 0
 
 
 def _llama_reason() -> str:

@@ -14,6 +14,7 @@ import math
 import os
 import stat
 import struct
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -346,6 +347,13 @@ def format_size_label(count: int) -> str:
     return str(count)
 
 
+# Headers are immutable: re-reading an unchanged file (same inode, size and mtime) is
+# skipped, so checking a model again on every switch costs one stat().
+_CACHE_SIZE = 64
+_cache: dict[Path, tuple[tuple[int, int, int, int], GGUFHeader]] = {}
+_cache_lock = threading.Lock()
+
+
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read the metadata and tensor list of a GGUF v2/v3 file; GGUFError if unusable."""
     path = Path(path)
@@ -359,8 +367,18 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
             raise GGUFError("is not a regular file", path)
         if info.st_size == 0:
             raise GGUFError("empty file", path)
+        signature = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
+        with _cache_lock:
+            cached = _cache.get(path)
+        if cached is not None and cached[0] == signature:
+            return cached[1]
         with path.open("rb") as file:
-            return _Parser(file, os.fstat(file.fileno()).st_size).parse(path)
+            header = _Parser(file, os.fstat(file.fileno()).st_size).parse(path)
+        with _cache_lock:
+            if len(_cache) >= _CACHE_SIZE:
+                _cache.pop(next(iter(_cache)))
+            _cache[path] = (signature, header)
+        return header
     except GGUFError as error:
         error.path = path
         raise

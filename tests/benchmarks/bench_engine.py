@@ -10,6 +10,7 @@ how quickly a stop takes effect during prompt processing and during generation.
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import sys
@@ -185,19 +186,21 @@ def bench_stop(engine: Engine) -> None:
           f"generation {decode * 1000:.1f} ms", flush=True)
 
 
-def main() -> None:
+def main(which: list[str]) -> None:
+    logging.getLogger("fireside.llama").setLevel(logging.ERROR)
     # Conversations written by the benchmark stay out of the user's data.
     os.environ["FIRESIDE_DATA_DIR"] = tempfile.mkdtemp(prefix="fireside-bench-")
     engine = Engine()
     try:
-        bench_decode(engine)
-        bench_turns(engine)
-        bench_switch(engine)
-        bench_stop(engine)
+        for name, bench in (("decode", bench_decode), ("turns", bench_turns),
+                            ("switch", bench_switch), ("stop", bench_stop)):
+            if not which or name in which:
+                bench(engine)
     finally:
         engine.close()
-    bench_threads()
+    if not which or "threads" in which:
+        bench_threads()
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])  # optionally: decode turns switch stop threads
