@@ -11,6 +11,7 @@ queue is busy while a reply streams.
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import queue
@@ -19,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -183,9 +184,9 @@ class Engine:
         self._llm: llama_cpp.Llama | None = None  # inference thread only
         self._loaded: LoadedModel | None = None
         self._known_architectures: set[str] = set()
-        self._cancel_load = threading.Event()
+        self._load_cancels: set[threading.Event] = set()  # one per queued or running load
         self._closing = threading.Event()
-        self._replies_lock = threading.Lock()
+        self._lock = threading.Lock()
         self._replies: set[ReplyHandle] = set()
         self._active: ReplyHandle | None = None
         # Checked by llama.cpp between graph nodes while a prompt is processed, so a
@@ -208,12 +209,24 @@ class Engine:
         A file that fails the check is refused and the current model stays. If the load
         itself fails or is cancelled, the previous model is loaded again.
         """
-        self._cancel_load.clear()
-        return self._submit(lambda: self._switch(Path(path), options or LoadOptions(),
-                                                 on_progress))
+        cancel = threading.Event()
+        with self._lock:
+            self._load_cancels.add(cancel)
+
+        def run() -> LoadedModel:
+            try:
+                return self._switch(Path(path), options or LoadOptions(), on_progress, cancel)
+            finally:
+                with self._lock:
+                    self._load_cancels.discard(cancel)
+
+        return self._submit(run)
 
     def cancel_load(self) -> None:
-        self._cancel_load.set()
+        """Cancel the running load and any queued ones; the previous model comes back."""
+        with self._lock:
+            for cancel in self._load_cancels:
+                cancel.set()
 
     def clear(self) -> Future[None]:
         """Start a new chat: forget the sequence's history; the model and context stay."""
@@ -229,14 +242,14 @@ class Engine:
                  on_piece: PieceCallback | None = None) -> ReplyHandle:
         """Stream a reply. ``on_piece`` is called on the inference thread for each piece."""
         handle = ReplyHandle()
-        with self._replies_lock:
+        with self._lock:
             self._replies.add(handle)
 
         def run() -> Reply:
             try:
                 return self._generate(handle, build, sampling, on_piece)
             finally:
-                with self._replies_lock:
+                with self._lock:
                     self._replies.discard(handle)
 
         self._submit(run, handle.future)
@@ -244,7 +257,7 @@ class Engine:
 
     def stop(self) -> None:
         """Stop the running reply and any queued ones; their text so far is kept."""
-        with self._replies_lock:
+        with self._lock:
             for handle in self._replies:
                 handle.stop()
 
@@ -253,7 +266,7 @@ class Engine:
         if not self._closing.is_set():
             self._closing.set()
             self.stop()
-            self._cancel_load.set()
+            self.cancel_load()
             self._jobs.put(None)
         self._thread.join(timeout)
         return not self._thread.is_alive()
@@ -309,18 +322,21 @@ class Engine:
     # Loading ---------------------------------------------------------------------
 
     def _switch(self, path: Path, options: LoadOptions,
-                on_progress: Callable[[float], None] | None) -> LoadedModel:
+                on_progress: Callable[[float], None] | None,
+                cancel: threading.Event) -> LoadedModel:
+        if cancel.is_set():
+            raise LoadCancelled(f"Loading {path.name} was cancelled.")
         header = self._check(path, options)  # refuses before the current model is touched
         previous = self._loaded
         self._unload()
         try:
-            return self._open(path, options, on_progress, header.context_length or 0)
+            return self._open(path, options, on_progress, header.context_length or 0, cancel)
         except ModelLoadError as err:
             if previous is None or self._closing.is_set():
                 raise
-            self._cancel_load.clear()  # a cancel applies to the new file, not the way back
-            try:
-                self._open(previous.path, previous.options, None, previous.n_ctx_train)
+            try:  # the way back cannot be cancelled, only cut short by closing
+                self._open(previous.path, previous.options, None, previous.n_ctx_train,
+                           threading.Event())
             except ModelLoadError:
                 raise type(err)(f"{err} The previous model could not be loaded again.") from err
             raise type(err)(f"{err} {previous.name} is loaded again.") from err
@@ -356,7 +372,8 @@ class Engine:
         model.close()
 
     def _open(self, path: Path, options: LoadOptions,
-              on_progress: Callable[[float], None] | None, n_ctx_train: int) -> LoadedModel:
+              on_progress: Callable[[float], None] | None, n_ctx_train: int,
+              cancel: threading.Event) -> LoadedModel:
         started = time.perf_counter()
         n_threads = options.n_threads or default_threads()
         n_ctx = options.n_ctx or min(n_ctx_train or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
@@ -364,7 +381,7 @@ class Engine:
         def progress(fraction: float) -> bool:
             if on_progress is not None:
                 on_progress(fraction)
-            return not (self._cancel_load.is_set() or self._closing.is_set())
+            return not (cancel.is_set() or self._closing.is_set())
 
         llama_runtime.router.recent_errors.clear()
         try:
@@ -373,7 +390,8 @@ class Engine:
                                       n_threads=n_threads, n_threads_batch=n_threads,
                                       verbose=False)
         except (ValueError, RuntimeError, OSError) as err:
-            if self._cancel_load.is_set() or self._closing.is_set():
+            gc.collect()  # a half-built Llama holds its weights until collected
+            if cancel.is_set() or self._closing.is_set():
                 raise LoadCancelled(f"Loading {path.name} was cancelled.") from err
             raise ModelLoadError(f"{path.name} could not be loaded: {_llama_reason()}") from err
         try:
@@ -533,4 +551,4 @@ def _resolve_template(llm: llama_cpp.Llama, override: str | None) -> ChatTemplat
 __all__ = ["Engine", "EngineClosed", "EngineError", "LoadCancelled", "LoadOptions",
            "LoadedModel", "ModelLoadError", "NoModelLoaded", "PromptBuilder", "PromptPlan",
            "PromptTooLong", "Reply", "ReplyHandle", "ReplyStats", "Sampling", "Session",
-           "default_threads", "replace"]
+           "default_threads"]
