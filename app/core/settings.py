@@ -19,28 +19,30 @@ from app.core.engine import LoadOptions, Sampling
 logger = logging.getLogger(__name__)
 
 
+_SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
+
+
 @dataclass
 class Settings:
     model_folders: list[str] = field(default_factory=list)
     default_model: str | None = None  # a path; None: the bundled default
     last_model: str | None = None
     system_prompt: str = ""
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    max_tokens: int = 1024
-    seed: int | None = None
+    # The Sampling fields, flattened so settings.json stays simple to read and edit.
+    temperature: float = _SAMPLING.temperature
+    top_p: float = _SAMPLING.top_p
+    top_k: int = _SAMPLING.top_k
+    min_p: float = _SAMPLING.min_p
+    repeat_penalty: float = _SAMPLING.repeat_penalty
+    max_tokens: int = _SAMPLING.max_tokens
+    seed: int | None = _SAMPLING.seed
     context_size: int | None = None  # None: the model's trained length, at most 8192
     threads: int | None = None  # None: one per physical core
     theme: str = "system"  # "system" | "light" | "dark"
     open_conversation: int | None = None
 
     def sampling(self) -> Sampling:
-        return Sampling(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k,
-                        min_p=self.min_p, repeat_penalty=self.repeat_penalty,
-                        max_tokens=self.max_tokens, seed=self.seed)
+        return Sampling(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Sampling)})
 
     def load_options(self) -> LoadOptions:
         return LoadOptions(n_ctx=self.context_size, n_threads=self.threads)
