@@ -111,7 +111,7 @@ def _start_long_reply(model: Path) -> subprocess.Popen[str]:
     """A stdin session whose first reply streams for a long time; returns once it streams."""
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),
-         "--temperature", "0.8", "--max-tokens", "3000"],
+         "--temperature", "0.8", "--max-tokens", "400"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env=dict(os.environ))
     assert process.stdin is not None and process.stdout is not None
