@@ -354,6 +354,12 @@ _cache: dict[Path, tuple[tuple[int, int, int, int], GGUFHeader]] = {}
 _cache_lock = threading.Lock()
 
 
+def clear_cache() -> None:
+    """Forget every header read so far (the next read parses the file again)."""
+    with _cache_lock:
+        _cache.clear()
+
+
 def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
     """Read the metadata and tensor list of a GGUF v2/v3 file; GGUFError if unusable."""
     path = Path(path)

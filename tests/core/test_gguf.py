@@ -476,3 +476,16 @@ def test_copy_with_metadata_changes_keys_and_keeps_every_tensor(
     assert header.architecture == "notarealarch"
     assert header.context_length is None  # keys are looked up under the new architecture
     assert header.integer("llama.context_length") == 4096
+
+
+def test_a_file_changed_on_disk_is_read_again(tmp_path: Path) -> None:
+    path = write_gguf(tmp_path / "m.gguf", metadata={"general.name": "before"})
+    assert read_header(path).name == "before"
+    replacement = write_gguf(tmp_path / "new.gguf", metadata={"general.name": "after!"})
+    os.replace(replacement, path)  # how a download or a copy lands: a new file, same name
+    assert read_header(path).name == "after!"
+    with path.open("r+b") as handle:  # rewritten in place: same inode, new mtime
+        handle.seek(0)
+        handle.write(b"XXXX")
+    with pytest.raises(GGUFError, match="not a GGUF"):
+        read_header(path)
