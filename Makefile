@@ -33,3 +33,11 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info
+
+# Installers: the self-contained bundle in dist/fireside/ and, on Linux, its .tar.gz and
+# .deb (see packaging/README.md). Builds in build/package-venv, never in $(VENV).
+.PHONY: package
+package:
+	sh packaging/system-deps.sh
+	sh packaging/linux/build-deps.sh
+	$(PYTHON) packaging/build.py

@@ -23,11 +23,12 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from PySide6.QtWidgets import QApplication, QWidget  # noqa: E402
+from PySide6.QtCore import QEventLoop, QTimer
+from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
-from app.core.store import Message  # noqa: E402
-from app.ui import markdown, transcript  # noqa: E402
-from app.ui.transcript import TranscriptView  # noqa: E402
+from app.core.store import Message
+from app.ui import markdown, transcript
+from app.ui.transcript import TranscriptView
 
 SIZE = (1100, 850)
 TOKEN = re.compile(r" ?[\w']+| ?[^\w\s]+|\s+")  # roughly how BPE vocabularies cut text
@@ -105,9 +106,11 @@ def conversation(count: int) -> list[Message]:
     return messages
 
 
-def settle(app: QApplication) -> None:
-    for _ in range(3):
-        app.processEvents()
+def settle(seconds: float = 0.0) -> None:
+    """Run the event loop for ``seconds`` (at least one pass), as the app would idle."""
+    loop = QEventLoop()
+    QTimer.singleShot(round(seconds * 1000), loop.quit)
+    loop.exec()
 
 
 def bench_streaming(app: QApplication) -> None:
@@ -117,7 +120,7 @@ def bench_streaming(app: QApplication) -> None:
     view.resize(*SIZE)
     view.show()
     view.set_messages(conversation(6))
-    settle(app)
+    settle(0.5)
     pieces = long_reply(2000)
     view.add_user_message("Explain, at length, how to sum a CSV column.")
     view.begin_reply("SmolLM2-135M-Instruct")
@@ -140,7 +143,7 @@ def bench_streaming(app: QApplication) -> None:
           f" finish_reply {final * 1e3:.1f} ms")
     view.close()
     view.deleteLater()
-    settle(app)
+    settle()
 
 
 def bench_open(app: QApplication) -> None:
@@ -155,12 +158,12 @@ def bench_open(app: QApplication) -> None:
         took = time.perf_counter() - start
         window.close()
         window.deleteLater()
-        settle(app)
+        settle()
 
         view = TranscriptView()
         view.resize(*SIZE)
         view.show()
-        settle(app)
+        settle()
         markdown.render.cache_clear()  # measure a conversation never shown before
         start = time.perf_counter()
         view.set_messages(messages)
@@ -169,7 +172,7 @@ def bench_open(app: QApplication) -> None:
         built = len(view.message_widgets())
         view.close()
         view.deleteLater()
-        settle(app)
+        settle()
         if run:  # the first round warms caches up
             empty.append(took)
             opened.append(took_open)
@@ -184,9 +187,9 @@ def bench_scroll(app: QApplication) -> None:
     view.resize(*SIZE)
     view.show()
     view.set_messages(conversation(500))
-    settle(app)
+    settle(0.5)
     markdown.render.cache_clear()
-    bar = view._scroll.verticalScrollBar()  # noqa: SLF001 - the benchmark drives it
+    bar = view.findChild(QScrollArea, "transcriptScroll").verticalScrollBar()
     frames = []
     while bar.value() > 0 or view.unbuilt_count():
         start = time.perf_counter()
@@ -195,8 +198,9 @@ def bench_scroll(app: QApplication) -> None:
         frames.append(time.perf_counter() - start)
     frames.sort()
     slow = sum(f > 1 / 60 for f in frames)
-    print(f"(c) scroll to the top: {len(frames)} frames, median {statistics.median(frames) * 1e3:.1f}"
-          f" ms, p95 {frames[int(len(frames) * 0.95)] * 1e3:.1f} ms, max {frames[-1] * 1e3:.1f} ms,"
+    median, p95 = statistics.median(frames) * 1e3, frames[int(len(frames) * 0.95)] * 1e3
+    print(f"(c) scroll to the top: {len(frames)} frames, median {median:.1f} ms,"
+          f" p95 {p95:.1f} ms, max {frames[-1] * 1e3:.1f} ms,"
           f" {slow} frames over 16.7 ms; {len(view.message_widgets())} messages built")
     view.close()
 

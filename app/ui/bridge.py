@@ -1,0 +1,61 @@
+"""What crosses from the inference thread to the GUI thread: streamed text and progress.
+
+Both are called on the inference thread and emit a signal that Qt queues to the GUI
+thread. Streamed pieces are batched: a signal is emitted only when the batch was
+empty, and the GUI takes everything that arrived since, so a busy GUI thread gets
+fewer, larger updates instead of a growing backlog of events.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, Signal
+
+
+class PieceStream(QObject):
+    """Streamed text waiting for the GUI thread."""
+
+    arrived = Signal()
+    """Text is waiting: call take()."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._lock = threading.Lock()
+        self._parts: list[str] = []
+
+    def put(self, text: str) -> None:
+        """Inference thread: queue a piece of the reply."""
+        with self._lock:
+            first = not self._parts
+            self._parts.append(text)
+        if first:
+            self.arrived.emit()
+
+    def take(self) -> str:
+        """GUI thread: everything that arrived since the last take()."""
+        with self._lock:
+            text = "".join(self._parts)
+            self._parts.clear()
+        return text
+
+
+class ProgressRelay(QObject):
+    """Load progress from the inference thread, one signal per whole percent."""
+
+    progressed = Signal(float)
+    """The load is this far along, from 0.0 to 1.0."""
+
+    def __init__(self, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self._last = -1
+
+    def reset(self) -> None:
+        self._last = -1
+
+    def report(self, fraction: float) -> None:
+        """Inference thread: llama.cpp calls this many times per load."""
+        percent = int(fraction * 100)
+        if percent != self._last:
+            self._last = percent
+            self.progressed.emit(fraction)

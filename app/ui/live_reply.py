@@ -1,0 +1,112 @@
+"""A reply streaming into a QTextDocument at a cost that does not grow with its length.
+
+Completed Markdown blocks are rendered once and stay; the block still being written
+is plain text appended at the end with a cursor. When it completes, only that stretch
+of the document is replaced by its rendering.
+"""
+
+from __future__ import annotations
+
+from PySide6.QtGui import (
+    QColor,
+    QFont,
+    QTextBlockFormat,
+    QTextCharFormat,
+    QTextCursor,
+    QTextDocument,
+)
+
+from app.ui.markdown import LINE_HEIGHT, BlockSplitter, Theme, render
+
+
+class LiveReply:
+    """Writes a growing Markdown text into ``document`` (which it owns meanwhile)."""
+
+    def __init__(self, document: QTextDocument, theme: Theme) -> None:
+        self._doc = document
+        self._theme = theme
+        self._splitter = BlockSplitter()
+        self._done: list[str] = []  # text of the rendered blocks
+        self._tail: list[str] = []  # text after them, shown plain
+        self._tail_start = 0  # document position where the plain tail begins
+        self.code_blocks: list[str] = []
+        self._plain = QTextCharFormat()
+        self._paragraph = QTextBlockFormat()  # the tail, spaced like rendered prose
+        self._paragraph.setLineHeight(LINE_HEIGHT,
+                                      QTextBlockFormat.LineHeightTypes.ProportionalHeight.value)
+        self._mono = QTextCharFormat()
+        self._mono.setFontStyleHint(QFont.StyleHint.Monospace)
+        self._code_line = QTextBlockFormat()  # unfinished code: tight lines, code colours
+        self._set_colours(theme)
+        self._clear()
+
+    def text(self) -> str:
+        return "".join(self._done) + "".join(self._tail)
+
+    def append(self, text: str) -> None:
+        before = self._splitter.committed
+        complete = self._splitter.feed(text)
+        if complete == before:
+            self._tail.append(text)
+            self._write_plain(text, self._splitter.in_fence)
+            return
+        tail = "".join(self._tail) + text
+        cut = complete - before
+        self._render_block(tail[:cut], tail[cut:])
+
+    def restyle(self, theme: Theme) -> None:
+        """Render what has arrived again in new colours."""
+        self._set_colours(theme)
+        done, tail = "".join(self._done), "".join(self._tail)
+        self._clear()
+        self._done, self._tail = [], []
+        self.code_blocks.clear()  # the message holds this very list
+        self._tail_start = 0
+        if done:
+            self._render_block(done, tail)
+        elif tail:
+            self._tail.append(tail)
+            self._write_plain(tail, self._splitter.in_fence)
+
+    def _clear(self) -> None:
+        self._doc.clear()
+        QTextCursor(self._doc).setBlockFormat(self._paragraph)
+
+    def _render_block(self, block: str, rest: str) -> None:
+        cursor = QTextCursor(self._doc)
+        cursor.setPosition(self._tail_start)
+        cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
+        cursor.removeSelectedText()
+        rendered = render(block, self._theme, first_code=len(self.code_blocks))
+        self.code_blocks.extend(rendered.code_blocks)
+        cursor.insertHtml(rendered.html)
+        self._done.append(block)
+        # The tail gets a fresh, unstyled paragraph of its own.
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        if cursor.block().length() > 1:
+            cursor.insertBlock(self._paragraph, self._plain)
+        else:
+            cursor.setBlockFormat(self._paragraph)
+            cursor.setBlockCharFormat(self._plain)
+        self._tail_start = cursor.position()
+        self._tail = [rest] if rest else []
+        if rest:
+            self._write_plain(rest, self._splitter.in_fence)
+
+    def _write_plain(self, text: str, in_code: bool) -> None:
+        cursor = QTextCursor(self._doc)
+        cursor.movePosition(QTextCursor.MoveOperation.End)
+        char, block = (self._mono, self._code_line) if in_code else (self._plain,
+                                                                    self._paragraph)
+        # A lone "\r" would start a paragraph of its own; the final render keeps it.
+        first, *lines = text.replace("\r", "").split("\n")
+        cursor.insertText(first, char)
+        for line in lines:
+            cursor.insertBlock(block, char)
+            if line:
+                cursor.insertText(line, char)
+
+    def _set_colours(self, theme: Theme) -> None:
+        self._theme = theme
+        self._mono.setFontFamilies([theme.mono_family])
+        self._code_line.setBackground(QColor(theme.code_background))

@@ -1,0 +1,416 @@
+"""One message of the transcript: its rendered text, its actions and its details."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from PySide6.QtCore import QSize, Qt, QUrl, Signal
+from PySide6.QtGui import QColor, QFont, QPalette, QResizeEvent, QWheelEvent
+from PySide6.QtWidgets import (
+    QApplication,
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QSizePolicy,
+    QTextBrowser,
+    QToolButton,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.live_reply import LiveReply
+from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
+
+BUBBLE_SHARE = 0.8  # of the column a user's bubble may take
+BUBBLE_PADDING = (14, 10, 6)  # sides, top, bottom (the line height adds below)
+TEXT_SCALE = 1.08  # message text is a little larger than the interface font
+
+
+def theme_for(palette: QPalette, mono_family: str) -> Theme:
+    """Colours for rendered messages that sit well on ``palette``'s base colour."""
+    base = palette.color(QPalette.ColorRole.Base)
+    text = palette.color(QPalette.ColorRole.Text)
+    return Theme(
+        dark=base.lightnessF() < 0.5,
+        text=text.name(),
+        muted=mix(text, base, 0.42).name(),
+        link=palette.color(QPalette.ColorRole.Link).name(),
+        code_background=mix(base, text, 0.045).name(),
+        code_header=mix(base, text, 0.09).name(),
+        border=mix(base, text, 0.14).name(),
+        inline_code=mix(base, text, 0.09).name(),
+        mono_family=mono_family,
+    )
+
+
+def mix(a: QColor, b: QColor, amount: float) -> QColor:
+    """``a`` moved ``amount`` of the way towards ``b``."""
+    return QColor.fromRgbF(a.redF() + (b.redF() - a.redF()) * amount,
+                           a.greenF() + (b.greenF() - a.greenF()) * amount,
+                           a.blueF() + (b.blueF() - a.blueF()) * amount)
+
+
+def _scaled(font: QFont, factor: float) -> QFont:
+    scaled = QFont(font)
+    if font.pointSizeF() > 0:
+        scaled.setPointSizeF(font.pointSizeF() * factor)
+    elif font.pixelSize() > 0:  # a font set in pixels has no point size
+        scaled.setPixelSize(round(font.pixelSize() * factor))
+    return scaled
+
+
+def describe_stats(stats: Mapping[str, object]) -> str:
+    """The reply's details as a user reads them, one fact a line."""
+    lines: list[str] = []
+    tokens, rate = stats.get("tokens"), stats.get("tokens_per_s")
+    if isinstance(tokens, int):
+        speed = f" at {rate:.1f} tokens/s" if isinstance(rate, int | float) and rate else ""
+        lines.append(f"{tokens:,} tokens{speed}")
+    ttft = stats.get("ttft_s")
+    if isinstance(ttft, int | float):
+        lines.append(f"First token after {ttft:.2f} s")
+    prompt, cached = stats.get("prompt_tokens"), stats.get("cached_tokens")
+    if isinstance(prompt, int) and isinstance(cached, int):
+        lines.append(f"{cached:,} of {prompt:,} prompt tokens reused from cache")
+    dropped = stats.get("dropped_turns")
+    if isinstance(dropped, int) and dropped > 0:
+        turns = "turn" if dropped == 1 else "turns"
+        lines.append(f"{dropped} earlier {turns} left out to fit the context")
+    reason = stats.get("finish_reason")
+    if reason == "length":
+        lines.append("Stopped at the reply length limit")
+    elif reason == "context":
+        lines.append("Stopped: the context is full")
+    elif stats.get("stopped") or reason == "stopped":
+        lines.append("Stopped")
+    model = stats.get("model")
+    if isinstance(model, str) and model:
+        lines.append(f"Model: {model}")
+    return "\n".join(lines)
+
+
+class MessageText(QTextBrowser):
+    """A message's rendered text: selectable, sized to its content, inert.
+
+    Nothing is ever loaded (``loadResource`` answers nothing) and links are only
+    reported through ``anchorClicked``; the message decides what they do.
+    """
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setOpenLinks(False)
+        self.setOpenExternalLinks(False)
+        self.setUndoRedoEnabled(False)
+        self.setFrameShape(QFrame.Shape.NoFrame)
+        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        self.viewport().setAutoFillBackground(False)
+        self.setAutoFillBackground(False)
+        self.document().setDocumentMargin(0)
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+        self.document().documentLayout().documentSizeChanged.connect(self.updateGeometry)
+
+    def loadResource(self, kind: int, name: QUrl | str) -> object:
+        return None
+
+    def lay_out(self, width: int) -> None:
+        """Lay the text out for ``width``; a no-op when it already is.
+
+        QTextDocument.setTextWidth lays the whole document out again even for the
+        same width, and width probes are frequent, so every caller comes here.
+        """
+        document = self.document()
+        if document.textWidth() != width:
+            document.setTextWidth(width)
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        self.lay_out(width)
+        return math.ceil(self.document().size().height())
+
+    def sizeHint(self) -> QSize:
+        # The height at the current text width: no layout at a guessed width.
+        return QSize(self.width(), math.ceil(self.document().size().height()))
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(0, 0)
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        if self.document().textWidth() == event.size().width():
+            # Already laid out for this width (heightForWidth did it): QTextEdit would
+            # lay it all out again for a width change, so tell it only the height did.
+            event = QResizeEvent(event.size(), QSize(event.size().width(),
+                                                     event.oldSize().height()))
+        super().resizeEvent(event)
+
+    def wheelEvent(self, event: QWheelEvent) -> None:
+        event.ignore()  # the transcript scrolls, never the message inside it
+
+
+class _UserRow(QWidget):
+    """A right-aligned bubble as wide as its text needs, up to a share of the row."""
+
+    def __init__(self, text: MessageText, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.text = text
+        self.bubble = QFrame(self)
+        self.bubble.setObjectName("userBubble")
+        text.setParent(self.bubble)
+        self._natural = 0
+        self._width = 400  # the last width the row was given
+        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Preferred)
+        policy.setHeightForWidth(True)
+        self.setSizePolicy(policy)
+
+    @staticmethod
+    def widest_text(width: int) -> int:
+        """The widest the bubble's text may be in a row ``width`` wide."""
+        return max(24, int(width * BUBBLE_SHARE) - 2 * BUBBLE_PADDING[0])
+
+    def content_changed(self, width: int) -> None:
+        """The text was set, laid out at ``widest_text(width)``: fit the bubble to it."""
+        self._natural = math.ceil(self.text.document().idealWidth())
+        self.updateGeometry()
+        self._place(width)
+
+    def _text_width(self, width: int) -> int:
+        return min(self._natural + 1, self.widest_text(width))
+
+    def hasHeightForWidth(self) -> bool:
+        return True
+
+    def heightForWidth(self, width: int) -> int:
+        return self.text.heightForWidth(self._text_width(width)) + sum(BUBBLE_PADDING[1:])
+
+    def sizeHint(self) -> QSize:
+        return QSize(self._width, self.heightForWidth(self._width))
+
+    def resizeEvent(self, event: QResizeEvent) -> None:
+        self._place(event.size().width())
+
+    def _place(self, width: int) -> None:
+        self._width = width
+        text_width = self._text_width(width)
+        text_height = self.text.heightForWidth(text_width)
+        pad_x, pad_top, pad_bottom = BUBBLE_PADDING
+        bubble_width = text_width + 2 * pad_x
+        self.bubble.setGeometry(width - bubble_width, 0, bubble_width,
+                                text_height + pad_top + pad_bottom)
+        self.text.setGeometry(pad_x, pad_top, text_width, text_height)
+
+
+class MessageWidget(QFrame):
+    """A user's message (a bubble) or a model's reply (full width), with its actions."""
+
+    copied = Signal(str)
+    """Something was put on the clipboard; the text is a short notice for the user."""
+    link_activated = Signal(QUrl)
+    """The user clicked an http, https or mailto link in the message."""
+    regenerate_requested = Signal()
+    """The user asked for this reply to be written again."""
+    edit_requested = Signal(str)
+    """The user wants to edit this message; carries its text."""
+
+    def __init__(self, role: str, text: str, theme: Theme, *, model: str = "",
+                 stats: Mapping[str, object] | None = None, note: str = "",
+                 width: int = 600, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        # Laid out at its final width from the start: a QTextDocument layout is the
+        # dearest thing here, and Qt would first size a new widget 100 pixels wide.
+        self.resize(width, 100)
+        self.role = role
+        self._markdown = text
+        self._theme = theme
+        self._model = model
+        self._stats: Mapping[str, object] = stats or {}
+        self._code_blocks: Sequence[str] = ()
+        self._live: LiveReply | None = None
+        self.setObjectName("userMessage" if role == "user" else "replyMessage")
+
+        self.text = MessageText(self)
+        self.text.setFont(_scaled(self.font(), TEXT_SCALE))
+        self.text.anchorClicked.connect(self._on_anchor_clicked)
+        self._author = QLabel(self)
+        self._author.setObjectName("messageAuthor")
+        self._error = QLabel(self)
+        self._error.setObjectName("replyError")
+        self._error.setWordWrap(True)
+        self._error.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self._error.hide()
+        self.details = QLabel(self)
+        self.details.setObjectName("replyDetails")
+        self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details.hide()
+
+        self._actions = QWidget(self)
+        self._actions.setObjectName("messageActions")
+        self.copy_button = self._action("Copy", "copyButton", "Copy message",
+                                        "Copy this message as Markdown")
+        self.edit_button = self._action("Edit", "editButton", "Edit message",
+                                        "Edit this message and send it again")
+        self.regenerate_button = self._action("Regenerate", "regenerateButton",
+                                              "Regenerate reply", "Write this reply again")
+        self.details_button = self._action("Details", "detailsButton", "Show reply details",
+                                           "Tokens, speed and context of this reply")
+        self.details_button.setCheckable(True)
+        self.edit_button.hide()
+        self.regenerate_button.hide()
+        self.copy_button.clicked.connect(self._on_copy_clicked)
+        self.edit_button.clicked.connect(lambda: self.edit_requested.emit(self._markdown))
+        self.regenerate_button.clicked.connect(self.regenerate_requested)
+        self.details_button.toggled.connect(self._on_details_toggled)
+
+        bar = QHBoxLayout(self._actions)
+        bar.setContentsMargins(0, 0, 0, 0)
+        bar.setSpacing(2)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(4)
+        self._user_row: _UserRow | None = None
+        if role == "user":
+            self._author.hide()
+            self._user_row = _UserRow(self.text, self)
+            layout.addWidget(self._user_row)
+            bar.addStretch(1)
+            bar.addWidget(self.edit_button)
+            bar.addWidget(self.copy_button)
+        else:
+            layout.addWidget(self._author)
+            layout.addWidget(self.text)
+            for button in (self.copy_button, self.regenerate_button, self.details_button):
+                bar.addWidget(button)
+            bar.addStretch(1)
+        layout.addWidget(self._error)
+        layout.addWidget(self._actions)
+        layout.addWidget(self.details)
+
+        self._apply_stats()
+        self._update_names()
+        self._render()
+        if note:
+            self.mark_failed(note)
+
+    def _action(self, label: str, name: str, accessible: str, tip: str) -> QToolButton:
+        button = QToolButton(self._actions)
+        button.setText(label)
+        button.setObjectName(name)
+        button.setAccessibleName(accessible)
+        button.setToolTip(tip)
+        button.setAutoRaise(True)
+        button.setProperty("messageAction", True)
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        button.setFocusPolicy(Qt.FocusPolicy.TabFocus)
+        return button
+
+    # What the transcript asks of a message ------------------------------------
+
+    def markdown(self) -> str:
+        """The message's raw text, as Copy puts it on the clipboard."""
+        return self._live.text() if self._live is not None else self._markdown
+
+    def set_offers(self, *, regenerate: bool = False, edit: bool = False) -> None:
+        """Show Regenerate / Edit: only the newest messages offer them."""
+        self.regenerate_button.setVisible(regenerate and self.role == "assistant")
+        self.edit_button.setVisible(edit and self.role == "user")
+
+    def set_theme(self, theme: Theme) -> None:
+        if theme == self._theme:
+            return
+        self._theme = theme
+        if self._live is not None:
+            self.text.document().setDefaultStyleSheet(document_stylesheet(theme))
+            self._live.restyle(theme)
+        else:
+            self._render()
+
+    def begin_stream(self) -> None:
+        """From now on the text arrives through ``stream``."""
+        self.text.document().setDefaultStyleSheet(document_stylesheet(self._theme))
+        self._live = LiveReply(self.text.document(), self._theme)
+        self._code_blocks = self._live.code_blocks
+        self._update_names()
+
+    def stream(self, text: str) -> None:
+        if self._live is not None:
+            self._live.append(text)
+
+    def finish(self, text: str, stats: Mapping[str, object] | None) -> None:
+        """The final text, rendered once, and the reply's stats."""
+        self._live = None
+        self._markdown = text
+        self._stats = stats or {}
+        self._apply_stats()
+        self._update_names()
+        self._render()
+
+    def mark_failed(self, message: str) -> None:
+        """Keep the text so far and say why it ended."""
+        if self._live is not None:
+            self.finish(self._live.text(), self._stats)
+        self._error.setText(f"⚠ {message}")
+        self._error.show()
+        self._update_names()
+
+    # Inside -------------------------------------------------------------------
+
+    def _render(self) -> None:
+        rendered = render(self._markdown, self._theme)
+        self._code_blocks = rendered.code_blocks
+        self.text.document().setDefaultStyleSheet(document_stylesheet(self._theme))
+        width = self.width()
+        if self._user_row is not None:
+            self.text.lay_out(_UserRow.widest_text(width))
+            self.text.setHtml(rendered.html)
+            self._user_row.content_changed(width)
+        else:
+            self.text.resize(width, self.text.height())
+            self.text.lay_out(width)
+            self.text.setHtml(rendered.html)
+
+    def _apply_stats(self) -> None:
+        summary = describe_stats(self._stats) if self.role == "assistant" else ""
+        self.details.setText(summary)
+        self.details_button.setToolTip(summary or "No details for this reply")
+        self.details_button.setVisible(bool(summary))
+        self.details.setVisible(bool(summary) and self.details_button.isChecked())
+
+    def _update_names(self) -> None:
+        writing = self._live is not None
+        if self.role == "user":
+            name, author = "Your message", "You"
+        elif self.role == "system":
+            name, author = "System message", "System"
+        else:
+            author = self._model or "Reply"
+            name = f"Reply from {self._model}" if self._model else "Reply"
+        self.setAccessibleName(name)
+        self.text.setAccessibleName(name)
+        self.text.setAccessibleDescription(
+            "Being written" if writing else self._error.text() or self.details.text())
+        self._author.setText(f"{author}  ·  writing…" if writing else author)
+        self._actions.setVisible(not writing)
+
+    def _on_copy_clicked(self) -> None:
+        QApplication.clipboard().setText(self.markdown())
+        self.copied.emit("Message copied")
+
+    def _on_details_toggled(self, shown: bool) -> None:
+        self.details.setVisible(shown and bool(self.details.text()))
+        self.details_button.setAccessibleName(
+            "Hide reply details" if shown else "Show reply details")
+
+    def _on_anchor_clicked(self, url: QUrl) -> None:
+        target = url.toString()
+        if target.startswith(COPY_CODE_PREFIX):
+            index = target.removeprefix(COPY_CODE_PREFIX)
+            if index.isdigit() and int(index) < len(self._code_blocks):
+                QApplication.clipboard().setText(self._code_blocks[int(index)])
+                self.copied.emit("Code copied")
+        elif is_safe_link(target):
+            self.link_activated.emit(url)

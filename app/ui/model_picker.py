@@ -1,0 +1,191 @@
+"""The model picker: a combo box over the catalog's entries."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from PySide6.QtCore import (
+    QAbstractListModel,
+    QModelIndex,
+    QPersistentModelIndex,
+    QPointF,
+    QSize,
+    Qt,
+    Signal,
+)
+from PySide6.QtGui import QPainter, QPalette, QPen
+from PySide6.QtWidgets import QComboBox, QSizePolicy, QStyledItemDelegate, QWidget
+
+if TYPE_CHECKING:
+    from PySide6.QtGui import QPaintEvent
+    from PySide6.QtWidgets import QStyleOptionViewItem
+
+    from app.core.catalog import ModelEntry
+
+Index = QModelIndex | QPersistentModelIndex
+
+PATH_ROLE = Qt.ItemDataRole.UserRole + 1
+DETAILS_ROLE = Qt.ItemDataRole.UserRole + 2
+
+
+def file_size(size_bytes: int) -> str:
+    if size_bytes >= 1e9:
+        return f"{size_bytes / 1e9:.1f} GB"
+    return f"{size_bytes / 1e6:,.0f} MB"
+
+
+def details(entry: ModelEntry) -> str:
+    """Size label, quantization and file size — or why the model cannot be used."""
+    if entry.error:
+        return f"Cannot be used: {entry.error}"
+    parts = [d for d in (entry.size_label, entry.quantization) if d]
+    if entry.size_bytes:
+        parts.append(file_size(entry.size_bytes))
+    return " · ".join(parts)
+
+
+class _EntryDelegate(QStyledItemDelegate):
+    """Two lines per model in the open list: its name, then its details, muted."""
+
+    def initStyleOption(self, option: QStyleOptionViewItem, index: Index) -> None:
+        super().initStyleOption(option, index)
+        option.text = ""  # the style draws the row; paint() writes the two lines
+
+    def paint(self, painter: QPainter, option: QStyleOptionViewItem, index: Index) -> None:
+        super().paint(painter, option, index)
+        rect = option.rect.adjusted(12, 5, -12, -5)
+        enabled = bool(option.state & option.state.State_Enabled)
+        group = QPalette.ColorGroup.Normal if enabled else QPalette.ColorGroup.Disabled
+        painter.save()
+        painter.setPen(option.palette.color(group, QPalette.ColorRole.Text))
+        painter.drawText(rect, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignLeft,
+                         index.data(Qt.ItemDataRole.DisplayRole))
+        painter.setPen(option.palette.color(QPalette.ColorGroup.Disabled,
+                                            QPalette.ColorRole.Text))
+        small = painter.font()
+        small.setPointSizeF(small.pointSizeF() * 0.9)
+        painter.setFont(small)
+        painter.drawText(rect, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignLeft,
+                         index.data(DETAILS_ROLE))
+        painter.restore()
+
+    def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
+        metrics = option.fontMetrics
+        width = max(metrics.horizontalAdvance(index.data(Qt.ItemDataRole.DisplayRole) or ""),
+                    metrics.horizontalAdvance(index.data(DETAILS_ROLE) or ""))
+        return QSize(width + 24, 2 * metrics.height() + 12)
+
+
+class ModelListModel(QAbstractListModel):
+    """A thin adapter over a list of catalog entries; unusable ones are disabled."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self._entries: list[ModelEntry] = []
+
+    @property
+    def entries(self) -> list[ModelEntry]:
+        return list(self._entries)
+
+    def set_entries(self, entries: Sequence[ModelEntry]) -> None:
+        self.beginResetModel()
+        self._entries = list(entries)
+        self.endResetModel()
+
+    def row_of(self, path: Path) -> int:
+        for row, entry in enumerate(self._entries):
+            if path == entry.path or path in entry.shards:
+                return row
+        return -1
+
+    def rowCount(self, parent: Index = QModelIndex()) -> int:  # noqa: B008 - Qt's signature
+        return 0 if parent.isValid() else len(self._entries)
+
+    def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
+        if not index.isValid() or not 0 <= index.row() < len(self._entries):
+            return None
+        entry = self._entries[index.row()]
+        if role == Qt.ItemDataRole.DisplayRole:
+            return entry.name
+        if role == DETAILS_ROLE:
+            return details(entry)
+        if role == Qt.ItemDataRole.AccessibleTextRole:
+            return f"{entry.name}, {details(entry)}"
+        if role == Qt.ItemDataRole.ToolTipRole:
+            context = (f"\nContext: {entry.context_length:,} tokens"
+                       if entry.context_length else "")
+            return f"{entry.name}\n{details(entry)}{context}\n{entry.path}"
+        if role == PATH_ROLE:
+            return str(entry.path)
+        return None
+
+    def flags(self, index: Index) -> Qt.ItemFlag:
+        if not index.isValid() or not 0 <= index.row() < len(self._entries):
+            return Qt.ItemFlag.NoItemFlags
+        if self._entries[index.row()].error:
+            return Qt.ItemFlag.NoItemFlags  # shown, but cannot be chosen
+        return Qt.ItemFlag.ItemIsEnabled | Qt.ItemFlag.ItemIsSelectable
+
+
+class ModelPicker(QComboBox):
+    """Lists every model found; choosing one asks for it to be loaded."""
+
+    model_chosen = Signal(object)
+    """The user chose the model at this Path."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("modelPicker")
+        self.setAccessibleName("Model")
+        self.setToolTip("Choose the model to chat with (Ctrl+M)")
+        self.list_model = ModelListModel(self)
+        self.setModel(self.list_model)
+        self.setItemDelegate(_EntryDelegate(self))
+        self.setSizeAdjustPolicy(QComboBox.SizeAdjustPolicy.AdjustToMinimumContentsLengthWithIcon)
+        self.setMinimumContentsLength(26)
+        self.setSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
+        self.setPlaceholderText("No model")
+        self._current: Path | None = None
+        self.activated.connect(self._on_activated)
+
+    def paintEvent(self, event: QPaintEvent) -> None:
+        super().paintEvent(event)
+        # The stylesheet's flat box has no arrow of its own: draw a chevron.
+        group = QPalette.ColorGroup.Active if self.isEnabled() else QPalette.ColorGroup.Disabled
+        pen = QPen(self.palette().color(group, QPalette.ColorRole.Text), 1.6)
+        pen.setCapStyle(Qt.PenCapStyle.RoundCap)
+        pen.setJoinStyle(Qt.PenJoinStyle.RoundJoin)
+        x, y = self.width() - 22.0, self.height() / 2 - 2.0
+        painter = QPainter(self)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        painter.setPen(pen)
+        painter.drawPolyline([QPointF(x, y), QPointF(x + 4.5, y + 4.5), QPointF(x + 9, y)])
+        painter.end()
+
+    def set_entries(self, entries: Sequence[ModelEntry]) -> None:
+        self.list_model.set_entries(entries)
+        metrics = self.fontMetrics()
+        widest = max((max(metrics.horizontalAdvance(e.name), metrics.horizontalAdvance(
+            details(e))) for e in entries), default=0)
+        self.view().setMinimumWidth(widest + 48)
+        self.set_current(self._current)
+
+    def current_path(self) -> Path | None:
+        """The model shown as current (the loaded one, or the one loading)."""
+        return self._current
+
+    def set_current(self, path: Path | None) -> None:
+        """Show ``path`` as current without asking for a load."""
+        self._current = path
+        self.setCurrentIndex(-1 if path is None else self.list_model.row_of(path))
+
+    def _on_activated(self, row: int) -> None:
+        path = self.itemData(row, PATH_ROLE)
+        if path is None:
+            return
+        chosen = Path(path)
+        if chosen != self._current:
+            self._current = chosen
+            self.model_chosen.emit(chosen)

@@ -1,0 +1,322 @@
+"""Settings: a non-modal dialog; every change is saved at once.
+
+Context size and threads are load options: they apply the next time a model loads,
+which the dialog says, and it offers to reload the current model right away.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from PySide6.QtCore import Qt, QTimer, Signal
+from PySide6.QtGui import QIntValidator
+from PySide6.QtWidgets import (
+    QComboBox,
+    QDialog,
+    QDialogButtonBox,
+    QDoubleSpinBox,
+    QFileDialog,
+    QFormLayout,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)
+
+from app.ui.theme import THEMES
+
+if TYPE_CHECKING:
+    from app.core.catalog import ModelEntry
+    from app.core.settings import Settings
+
+SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
+MIN_CONTEXT = 256
+
+
+class SettingsDialog(QDialog):
+    theme_changed = Signal(str)
+    """The user picked "system", "light" or "dark"."""
+    folders_changed = Signal()
+    """The list of model folders changed: the catalog should be scanned again."""
+    rescan_requested = Signal()
+    """The user asked to look for new model files."""
+    reload_requested = Signal()
+    """The user asked to reload the current model with the new load options."""
+    open_models_folder_requested = Signal()
+    """The user wants to see the models folder in the file manager."""
+    about_requested = Signal()
+    """The user wants to know about Fireside (version, licenses)."""
+
+    def __init__(self, prefs: Settings, save: Callable[[], None], models_dir: Path,
+                 parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("settingsDialog")
+        self.setWindowTitle("Fireside Settings")
+        self.setAccessibleName("Settings")
+        self.setModal(False)
+        self.prefs = prefs
+        self._save = save
+        self._prompt_timer = QTimer(self)
+        self._prompt_timer.setSingleShot(True)
+        self._prompt_timer.setInterval(SAVE_DELAY_MS)
+        self._prompt_timer.timeout.connect(self._on_prompt_timer_timeout)
+
+        tabs = QTabWidget(self)
+        tabs.setObjectName("settingsTabs")
+        tabs.addTab(self._models_tab(models_dir), "Models")
+        tabs.addTab(self._replies_tab(), "Replies")
+        tabs.addTab(self._appearance_tab(), "Appearance")
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        buttons.rejected.connect(self.reject)
+        about = buttons.addButton("About Fireside", QDialogButtonBox.ButtonRole.HelpRole)
+        about.setObjectName("aboutButton")
+        about.clicked.connect(self.about_requested)
+        self.finished.connect(self._on_finished)
+        layout = QVBoxLayout(self)
+        layout.addWidget(tabs)
+        layout.addWidget(buttons)
+        self.resize(560, 520)
+
+    # Tabs ------------------------------------------------------------------------
+
+    def _models_tab(self, models_dir: Path) -> QWidget:
+        page = QWidget(self)
+        form = QFormLayout(page)
+        where = QLabel(f"Fireside finds GGUF files in <b>{models_dir}</b>, the bundled "
+                       "models and the folders below (searched with their subfolders).", page)
+        where.setObjectName("settingsNote")
+        where.setWordWrap(True)
+        where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        open_folder = self._button("Open models folder", "openModelsFolderButton", page)
+        open_folder.clicked.connect(self.open_models_folder_requested)
+        form.addRow(where)
+        form.addRow(_left(open_folder))
+
+        self.folder_list = QListWidget(page)
+        self.folder_list.setObjectName("modelFolderList")
+        self.folder_list.setAccessibleName("Model folders")
+        self.folder_list.addItems(self.prefs.model_folders)
+        self.folder_list.setMaximumHeight(110)
+        add = self._button("Add…", "addFolderButton", page)
+        add.clicked.connect(self._on_add_clicked)
+        remove = self._button("Remove", "removeFolderButton", page)
+        remove.clicked.connect(self._on_remove_clicked)
+        rescan = self._button("Rescan", "rescanButton", page)
+        rescan.clicked.connect(self.rescan_requested)
+        row = QHBoxLayout()
+        for button in (add, remove, rescan):
+            row.addWidget(button)
+        row.addStretch(1)
+        form.addRow("Model folders", self.folder_list)
+        form.addRow("", row)
+
+        self.default_model = QComboBox(page)
+        self.default_model.setObjectName("defaultModelBox")
+        self.default_model.setAccessibleName("Model at start")
+        self.set_models([])
+        self.default_model.activated.connect(self._on_default_model_activated)
+        form.addRow("Model at start", self.default_model)
+
+        self.context_size = QSpinBox(page)
+        self.context_size.setObjectName("contextSizeBox")
+        self.context_size.setAccessibleName("Context size")
+        self.context_size.setRange(0, 1 << 20)
+        self.context_size.setSingleStep(1024)
+        self.context_size.setSpecialValueText("Model default (at most 8,192)")
+        self.context_size.setSuffix(" tokens")
+        self.context_size.setValue(self.prefs.context_size or 0)
+        self.context_size.setKeyboardTracking(False)
+        self.context_size.valueChanged.connect(self._on_context_size_changed)
+        form.addRow("Context size", self.context_size)
+
+        self.threads = QSpinBox(page)
+        self.threads.setObjectName("threadsBox")
+        self.threads.setAccessibleName("Threads")
+        self.threads.setRange(0, max(4, (os.cpu_count() or 1) * 2))
+        self.threads.setSpecialValueText("Automatic (one per core)")
+        self.threads.setValue(self.prefs.threads or 0)
+        self.threads.setKeyboardTracking(False)
+        self.threads.valueChanged.connect(self._on_threads_changed)
+        form.addRow("Threads", self.threads)
+
+        note = QLabel("Context size and threads apply the next time a model loads.", page)
+        note.setObjectName("settingsNote")
+        note.setWordWrap(True)
+        reload_button = self._button("Reload model now", "reloadModelButton", page)
+        reload_button.clicked.connect(self.reload_requested)
+        form.addRow(note)
+        form.addRow(_left(reload_button))
+        return page
+
+    def _replies_tab(self) -> QWidget:
+        page = QWidget(self)
+        form = QFormLayout(page)
+        self.system_prompt = QPlainTextEdit(self.prefs.system_prompt, page)
+        self.system_prompt.setObjectName("systemPromptBox")
+        self.system_prompt.setAccessibleName("System prompt")
+        self.system_prompt.setPlaceholderText("Instructions the model sees before every chat")
+        self.system_prompt.setTabChangesFocus(True)
+        self.system_prompt.setMaximumHeight(90)
+        self.system_prompt.textChanged.connect(self._prompt_timer.start)
+        form.addRow("System prompt", self.system_prompt)
+
+        self.temperature = self._real("temperature", 0.0, 2.0, 0.05, label="Temperature",
+                                      form=form)
+        self.top_p = self._real("top_p", 0.01, 1.0, 0.01, label="Top-p", form=form)
+        self.top_k = self._whole("top_k", 0, 1000, label="Top-k", form=form, special="Off")
+        self.min_p = self._real("min_p", 0.0, 1.0, 0.01, label="Min-p", form=form)
+        self.repeat_penalty = self._real("repeat_penalty", 0.5, 2.0, 0.05,
+                                         label="Repeat penalty", form=form)
+        self.max_tokens = self._whole("max_tokens", 1, 1 << 20, label="Max reply tokens",
+                                      form=form)
+
+        self.seed = QLineEdit("" if self.prefs.seed is None else str(self.prefs.seed), page)
+        self.seed.setObjectName("seedBox")
+        self.seed.setAccessibleName("Seed")
+        self.seed.setPlaceholderText("Random")
+        self.seed.setValidator(QIntValidator(0, 2**31 - 1, self.seed))
+        self.seed.textChanged.connect(self._on_seed_changed)
+        form.addRow("Seed", self.seed)
+        return page
+
+    def _appearance_tab(self) -> QWidget:
+        page = QWidget(self)
+        form = QFormLayout(page)
+        self.theme = QComboBox(page)
+        self.theme.setObjectName("themeBox")
+        self.theme.setAccessibleName("Theme")
+        for value, label in zip(THEMES, ("Follow the system", "Light", "Dark"), strict=True):
+            self.theme.addItem(label, value)
+        self.theme.setCurrentIndex(max(0, self.theme.findData(self.prefs.theme)))
+        self.theme.currentIndexChanged.connect(self._on_theme_changed)
+        form.addRow("Theme", self.theme)
+        return page
+
+    def _button(self, text: str, name: str, parent: QWidget) -> QPushButton:
+        button = QPushButton(text, parent)
+        button.setObjectName(name)
+        button.setAccessibleName(text.rstrip("…"))
+        return button
+
+    def _real(self, field: str, low: float, high: float, step: float, *, label: str,
+              form: QFormLayout) -> QDoubleSpinBox:
+        box = QDoubleSpinBox(self)
+        box.setObjectName(f"{field}Box")
+        box.setAccessibleName(label)
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        box.setValue(getattr(self.prefs, field))
+        box.setKeyboardTracking(False)  # one save per finished edit, not per keystroke
+        box.valueChanged.connect(lambda value: self._set(field, round(value, 2)))
+        form.addRow(label, box)
+        return box
+
+    def _whole(self, field: str, low: int, high: int, *, label: str, form: QFormLayout,
+               special: str = "") -> QSpinBox:
+        box = QSpinBox(self)
+        box.setObjectName(f"{field}Box")
+        box.setAccessibleName(label)
+        box.setRange(low, high)
+        if special:
+            box.setSpecialValueText(special)
+        box.setValue(getattr(self.prefs, field))
+        box.setKeyboardTracking(False)
+        box.valueChanged.connect(lambda value: self._set(field, value))
+        form.addRow(label, box)
+        return box
+
+    # Models ----------------------------------------------------------------------
+
+    def set_models(self, entries: Sequence[ModelEntry]) -> None:
+        """Offer these models (the usable ones) as the model to load at start."""
+        box = self.default_model
+        box.clear()
+        box.addItem("The last model used", None)
+        for entry in entries:
+            if entry.usable:
+                box.addItem(entry.name, str(entry.path))
+        wanted = self.prefs.default_model
+        index = box.findData(wanted) if wanted else 0
+        if wanted and index < 0:
+            box.addItem(Path(wanted).name, wanted)
+            index = box.count() - 1
+        box.setCurrentIndex(index)
+
+    def add_folder(self, folder: str) -> None:
+        if folder and folder not in self.prefs.model_folders:
+            self.prefs.model_folders.append(folder)
+            self.folder_list.addItem(folder)
+            self._save()
+            self.folders_changed.emit()
+
+    # Slots -----------------------------------------------------------------------
+
+    def _set(self, field: str, value: object) -> None:
+        if getattr(self.prefs, field) != value:
+            setattr(self.prefs, field, value)
+            self._save()
+
+    def _on_add_clicked(self) -> None:
+        # Non-modal: a nested event loop would stall the window's async work.
+        chooser = QFileDialog(self, "Add a folder of GGUF models")
+        chooser.setObjectName("folderChooser")
+        chooser.setFileMode(QFileDialog.FileMode.Directory)
+        chooser.setOption(QFileDialog.Option.ShowDirsOnly, True)
+        chooser.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
+        chooser.fileSelected.connect(self.add_folder)
+        chooser.open()
+
+    def _on_remove_clicked(self) -> None:
+        item = self.folder_list.currentItem()
+        if item is None:
+            return
+        self.prefs.model_folders.remove(item.text())
+        self.folder_list.takeItem(self.folder_list.row(item))
+        self._save()
+        self.folders_changed.emit()
+
+    def _on_default_model_activated(self, index: int) -> None:
+        self._set("default_model", self.default_model.itemData(index))
+
+    def _on_context_size_changed(self, value: int) -> None:
+        if 0 < value < MIN_CONTEXT:
+            self.context_size.setValue(MIN_CONTEXT)  # comes back here with a usable size
+            return
+        self._set("context_size", value or None)
+
+    def _on_threads_changed(self, value: int) -> None:
+        self._set("threads", value or None)
+
+    def _on_prompt_timer_timeout(self) -> None:
+        self._set("system_prompt", self.system_prompt.toPlainText())
+
+    def _on_seed_changed(self, text: str) -> None:
+        self._set("seed", int(text) if text.strip() else None)
+
+    def _on_theme_changed(self, index: int) -> None:
+        value = self.theme.itemData(index)
+        self._set("theme", value)
+        self.theme_changed.emit(value)
+
+    def _on_finished(self) -> None:
+        if self._prompt_timer.isActive():  # keep what was typed just before closing
+            self._prompt_timer.stop()
+            self._on_prompt_timer_timeout()
+
+
+def _left(widget: QWidget) -> QHBoxLayout:
+    """A row holding ``widget`` at its natural width, on the left."""
+    row = QHBoxLayout()
+    row.addWidget(widget)
+    row.addStretch(1)
+    return row

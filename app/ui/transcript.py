@@ -1,0 +1,243 @@
+"""The transcript: a conversation's messages, with a reply streaming into it.
+
+Messages live in a ``MessageColumn``, which builds widgets only near the view (see
+there), so a conversation of 5,000 messages opens as fast as one of 10. Streamed
+pieces are gathered for a frame (``FLUSH_MS``) and written into the reply by
+``LiveReply``, whose cost per piece does not grow with the reply. While the view is
+at the bottom it follows the reply; once the user scrolls up it stays put.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+
+from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
+from PySide6.QtGui import QFontDatabase
+from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
+
+from app.core.store import Message
+from app.ui.message_column import Entry, MessageColumn
+from app.ui.message_widget import MessageWidget, mix, theme_for
+
+logger = logging.getLogger(__name__)
+
+FLUSH_MS = 33  # streamed pieces are written at most this often (about 30 frames/s)
+EMPTY_TEXT = "Send a message to start the conversation."
+INTERRUPTED = "This reply was interrupted before it finished."
+
+
+class TranscriptView(QWidget):
+    """A conversation's messages; the newest reply may be streaming into it."""
+
+    regenerate_requested = Signal()
+    """The user asked for the last reply to be written again."""
+    edit_requested = Signal(str)
+    """The user wants to edit the last message they sent; carries its text."""
+    copy_done = Signal(str)
+    """Something was copied; the text is a short notice for the message bar."""
+    link_clicked = Signal(QUrl)
+    """The user clicked an http, https or mailto link; the window decides what to do."""
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.setObjectName("transcript")
+        self.setAccessibleName("Conversation")
+        self._live: Entry | None = None
+        self._pieces: list[str] = []
+        self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
+        self._theme = theme_for(self.palette(), self._mono)
+
+        self._empty = QLabel(EMPTY_TEXT, self)
+        self._empty.setObjectName("transcriptEmpty")
+        self._empty.setAccessibleName("Empty conversation")
+        self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
+        self._empty.setWordWrap(True)
+        self._column = MessageColumn(self._build_row, self)
+        self._stack = QStackedLayout(self)
+        self._stack.addWidget(self._empty)
+        self._stack.addWidget(self._column)
+
+        self._flush_timer = QTimer(self)
+        self._flush_timer.setSingleShot(True)
+        self._flush_timer.setInterval(FLUSH_MS)
+        self._flush_timer.timeout.connect(self._flush)
+        self._apply_style()
+
+    # The interface the window drives --------------------------------------------
+
+    def set_messages(self, messages: Sequence[Message]) -> None:
+        """Show a conversation in place of the current one; builds its newest part."""
+        self._stop_stream()
+        # The column must be on screen before rows are built, or they are first laid
+        # out at the size of a hidden widget.
+        self._stack.setCurrentWidget(self._column if messages else self._empty)
+        self._column.set_entries([_entry(m) for m in messages])
+        self._refresh_offers()
+
+    def clear(self) -> None:
+        """Show an empty conversation."""
+        self._stop_stream()
+        self._column.set_entries([])
+        self._stack.setCurrentWidget(self._empty)
+
+    def set_empty_text(self, text: str) -> None:
+        self._empty.setText(text)
+
+    def add_user_message(self, text: str) -> None:
+        self._add(Entry("user", text))
+        self.scroll_to_bottom()
+
+    def begin_reply(self, model_name: str) -> None:
+        """Add an empty reply from ``model_name`` that the next pieces stream into."""
+        if self._live is not None:  # the last one never finished: keep what it got
+            self._flush()
+            self.finish_reply(self._live_text(), None)
+        entry = Entry("assistant", "", model=model_name)
+        self._live = entry
+        row = self._add(entry)
+        row.begin_stream()
+        self._column.keep = row
+        self._refresh_offers()
+
+    def append_piece(self, text: str) -> None:
+        """Add streamed text to the reply; written at the next frame."""
+        if self._live is None:
+            logger.debug("a piece arrived with no reply streaming")
+            return
+        self._pieces.append(text)
+        if not self._flush_timer.isActive():
+            self._flush_timer.start()
+
+    def finish_reply(self, text: str, stats: Mapping[str, object] | None) -> None:
+        """Show the reply's final text, rendered once, and its stats."""
+        entry = self._live
+        self._stop_stream()
+        if entry is None:
+            model = (stats or {}).get("model")
+            self._add(Entry("assistant", text, model=model if isinstance(model, str) else "",
+                            stats=stats))
+            return
+        entry.text, entry.stats = text, stats
+        if entry.row is not None:
+            entry.row.finish(text, stats)
+        self._refresh_offers()
+
+    def fail_reply(self, message: str) -> None:
+        """The reply failed: keep what arrived and say why it ended."""
+        entry = self._live
+        if entry is None:
+            return
+        self._flush()
+        entry.text, entry.note = self._live_text(), message
+        self._stop_stream()
+        if entry.row is not None:
+            entry.row.mark_failed(message)
+        self._refresh_offers()
+
+    def scroll_to_bottom(self) -> None:
+        self._column.scroll_to_bottom()
+
+    # Extra, for the window and tests ----------------------------------------------
+
+    def message_widgets(self) -> list[MessageWidget]:
+        """The messages built right now, oldest first; others are built near the view."""
+        return self._column.rows()
+
+    def unbuilt_count(self) -> int:
+        """How many older messages have never been built (they appear near the top)."""
+        return self._column.never_built()
+
+    # Inside -----------------------------------------------------------------------
+
+    def _add(self, entry: Entry) -> MessageWidget:
+        self._stack.setCurrentWidget(self._column)
+        row = self._column.append(entry)
+        self._refresh_offers()
+        return row
+
+    def _build_row(self, entry: Entry, width: int, parent: QWidget) -> MessageWidget:
+        row = MessageWidget(entry.role, entry.text, self._theme, model=entry.model,
+                            stats=entry.stats, note=entry.note, width=width, parent=parent)
+        row.copied.connect(self.copy_done)
+        row.link_activated.connect(self.link_clicked)
+        row.regenerate_requested.connect(self.regenerate_requested)
+        row.edit_requested.connect(self.edit_requested)
+        entries = self._column.entries
+        if self._live is None and entries:
+            row.set_offers(regenerate=entry is entries[-1], edit=entry is _last_user(entries))
+        return row
+
+    def _refresh_offers(self) -> None:
+        """Only the last reply offers Regenerate, the last user message Edit."""
+        entries = self._column.entries
+        streaming = self._live is not None
+        last, last_user = (entries[-1] if entries else None), _last_user(entries)
+        for entry in entries:
+            if entry.row is not None:
+                entry.row.set_offers(regenerate=not streaming and entry is last,
+                                     edit=not streaming and entry is last_user)
+
+    def _live_text(self) -> str:
+        row = self._live.row if self._live is not None else None
+        return row.markdown() if row is not None else ""
+
+    def _flush(self) -> None:
+        if self._live is not None and self._live.row is not None and self._pieces:
+            text = "".join(self._pieces)
+            self._pieces.clear()
+            self._live.row.stream(text)
+
+    def _stop_stream(self) -> None:
+        self._flush_timer.stop()
+        self._pieces.clear()
+        self._live = None
+        self._column.keep = None
+
+    # Looks ------------------------------------------------------------------------
+
+    def changeEvent(self, event: QEvent) -> None:
+        super().changeEvent(event)
+        if event.type() == QEvent.Type.PaletteChange:
+            theme = theme_for(self.palette(), self._mono)
+            if theme != self._theme:
+                self._theme = theme
+                self._apply_style()
+                for row in self._column.rows():
+                    row.set_theme(theme)
+
+    def _apply_style(self) -> None:
+        palette = self.palette()
+        base = palette.color(palette.ColorRole.Base)
+        text = palette.color(palette.ColorRole.Text)
+        muted = self._theme.muted
+        action = 'QToolButton[messageAction="true"]'
+        self.setStyleSheet(
+            f"#transcriptContent, #transcriptColumn, #transcriptScroll {{"
+            f" background: {base.name()}; }}"
+            f" #transcriptEmpty {{ color: {muted}; background: {base.name()};"
+            f" font-size: 15px; }}"
+            f" #userBubble {{ background: {mix(base, text, 0.075).name()};"
+            f" border-radius: 14px; }}"
+            f" #messageAuthor {{ color: {muted}; font-weight: 600; }}"
+            f" #replyDetails {{ color: {muted}; padding: 2px 4px; }}"
+            f" #replyError {{ color: {'#ff7b72' if self._theme.dark else '#cf222e'}; }}"
+            f" {action} {{ color: {muted}; border: none; padding: 3px 8px;"
+            f" border-radius: 6px; }}"
+            f" {action}:hover, {action}:checked {{"
+            f" background: {mix(base, text, 0.1).name()}; color: {text.name()}; }}"
+            f" {action}:focus {{"
+            f" border: 1px solid {palette.color(palette.ColorRole.Highlight).name()}; }}"
+        )
+
+
+def _entry(message: Message) -> Entry:
+    stats = message.stats or {}
+    model = stats.get("model")
+    return Entry(message.role, message.text, model=model if isinstance(model, str) else "",
+                 stats=message.stats, note="" if message.complete else INTERRUPTED)
+
+
+def _last_user(entries: Sequence[Entry]) -> Entry | None:
+    # Near the end in practice: a reply rarely follows more than one message.
+    return next((e for e in reversed(entries) if e.role == "user"), None)

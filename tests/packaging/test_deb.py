@@ -1,0 +1,169 @@
+"""The .deb, installed for real: the window starts, the terminal chat answers offline
+from the bundled model, nothing is read from the source tree or a Python environment,
+and removing the package removes every file it installed.
+
+It builds the bundle (``make package``) unless a build newer than the sources is in
+dist/, installs it with dpkg (root) and removes it again at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DIST = ROOT / "dist"
+INSTALL_DIR = Path("/opt/fireside")
+MAX_DEB_BYTES = 250 * 1000 * 1000
+QUESTION = "What is the capital of France?"
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(os.environ.get("FIRESIDE_PACKAGE_TESTS") != "1",
+                       reason="builds and installs the .deb (minutes, root): "
+                              "set FIRESIDE_PACKAGE_TESTS=1 to run"),
+    pytest.mark.skipif(shutil.which("dpkg-deb") is None or os.geteuid() != 0,
+                       reason="installing a .deb needs dpkg and root"),
+]
+
+
+def _version() -> str:
+    with (ROOT / "pyproject.toml").open("rb") as f:
+        return str(tomllib.load(f)["project"]["version"])
+
+
+def _arch() -> str:
+    return subprocess.run(["dpkg", "--print-architecture"], check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def _newest_source() -> float:
+    sources = [ROOT / "pyproject.toml"]
+    for folder in ("app", "packaging", "resources"):
+        sources += [p for p in (ROOT / folder).rglob("*") if p.is_file()]
+    return max(p.stat().st_mtime for p in sources)
+
+
+@pytest.fixture(scope="module")
+def deb() -> Path:
+    """The .deb from ``make package``; built here when missing or older than the sources."""
+    path = DIST / f"fireside_{_version()}_{_arch()}.deb"
+    if not path.is_file() or path.stat().st_mtime < _newest_source():
+        subprocess.run(["make", "package"], cwd=ROOT, check=True, timeout=2 * 3600)
+    return path
+
+
+@pytest.fixture(scope="module")
+def installed(deb: Path) -> Iterator[list[str]]:
+    """Installs the package; yields ``dpkg -L`` of it; removes it if a test did not."""
+    result = subprocess.run(["dpkg", "-i", str(deb)], check=False, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, f"dpkg -i failed:\n{result.stdout}{result.stderr}"
+    listing = subprocess.run(["dpkg", "-L", "fireside"], check=True, capture_output=True,
+                             text=True).stdout.splitlines()
+    yield [line for line in listing if line.startswith("/")]
+    if subprocess.run(["dpkg", "-s", "fireside"], check=False, capture_output=True).returncode == 0:
+        subprocess.run(["dpkg", "-r", "fireside"], check=False, capture_output=True)
+
+
+@pytest.fixture
+def clean_env(tmp_path: Path) -> dict[str, str]:
+    """What ``env -i`` leaves, plus a home and Fireside folders of the test's own."""
+    for name in ("home", "data", "config"):
+        (tmp_path / name).mkdir()
+    return {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path / "home"), "LANG": "C.UTF-8",
+            "FIRESIDE_DATA_DIR": str(tmp_path / "data"),
+            "FIRESIDE_CONFIG_DIR": str(tmp_path / "config")}
+
+
+def _run(args: list[str], env: dict[str, str], cwd: Path, *, offline: bool = False,
+         trace: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs the installed ``fireside`` from ``cwd``, under strace when ``trace`` is set."""
+    command = ["/usr/bin/fireside", *args]
+    if trace is not None:
+        command = ["strace", "-f", "-qq", "-e", "trace=openat,open,execve,stat,newfstatat",
+                   "-o", str(trace), *command]
+    if offline:
+        command = ["unshare", "--net", *command]
+    return subprocess.run(command, check=False, env=env, cwd=cwd, capture_output=True,
+                          text=True, timeout=300)
+
+
+def _foreign_paths(trace: Path) -> list[str]:
+    """Paths the traced process touched in the source tree or any Python environment."""
+    forbidden = {str(ROOT), sys.prefix, sys.base_prefix, str(ROOT / "build")}
+    touched = set(re.findall(r'"(/[^"]*)"', trace.read_text(errors="replace")))
+    return sorted(p for p in touched if any(p == f or p.startswith(f + "/") for f in forbidden))
+
+
+def test_package_declares_what_qt_needs_and_stays_small(deb: Path) -> None:
+    depends = subprocess.run(["dpkg-deb", "-f", str(deb), "Depends"], check=True,
+                             capture_output=True, text=True).stdout
+    for package in ("libxcb-cursor0", "libxkbcommon-x11-0", "libegl1", "libfontconfig1"):
+        assert re.search(rf"\b{re.escape(package)}\b", depends), f"{package} not in {depends}"
+    assert deb.stat().st_size < MAX_DEB_BYTES
+    tarball = DIST / f"fireside-{_version()}-linux-{os.uname().machine}.tar.gz"
+    with tarfile.open(tarball) as archive:
+        names = set(archive.getnames())
+    assert f"fireside-{_version()}-linux-{os.uname().machine}/fireside" in names
+
+
+def test_menu_entry_and_command_are_installed(installed: list[str]) -> None:
+    assert "/usr/bin/fireside" in installed
+    assert "/usr/share/applications/fireside.desktop" in installed
+    icons = [p for p in installed if p.startswith("/usr/share/icons/hicolor/")
+             and p.endswith(("/fireside.png", "/fireside.svg"))]
+    assert len(icons) >= 2
+    entry = Path("/usr/share/applications/fireside.desktop").read_text()
+    assert "Exec=fireside" in entry
+    assert "Icon=fireside" in entry
+
+
+def test_window_starts_without_locale_or_import_trouble(
+        installed: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    env = {**clean_env, "QT_QPA_PLATFORM": "offscreen", "FIRESIDE_EXIT_WHEN_READY": "1"}
+    del env["LANG"]  # the bare C locale: the launcher must give Qt UTF-8 itself
+    trace = tmp_path / "window.trace"
+    result = _run([], env, cwd=tmp_path, trace=trace)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ready"), result.stdout + result.stderr
+    assert "Traceback" not in result.stderr
+    assert "locale" not in result.stderr.lower(), result.stderr
+    assert _foreign_paths(trace) == []
+
+
+def test_bundled_model_answers_offline(
+        installed: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
+    listed = _run(["models", "--json"], clean_env, cwd=tmp_path)
+    models = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert [Path(m["path"]).name for m in models] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
+    assert Path(models[0]["path"]).is_relative_to(INSTALL_DIR)
+
+    trace = tmp_path / "chat.trace"
+    result = _run(["chat", "--temperature", "0", QUESTION], clean_env, cwd=tmp_path,
+                  offline=True, trace=trace)
+    assert result.returncode == 0, result.stderr
+    assert "Paris" in result.stdout
+    assert "Traceback" not in result.stderr
+    assert _foreign_paths(trace) == []
+
+
+def test_removing_the_package_leaves_no_file(installed: list[str]) -> None:
+    result = subprocess.run(["dpkg", "-r", "fireside"], check=False, capture_output=True,
+                            text=True)
+    assert result.returncode == 0, result.stderr
+    # Shared folders such as /usr/share/applications stay; everything of ours goes.
+    left = [p for p in installed if os.path.lexists(p)
+            and (not os.path.isdir(p) or Path(p).is_relative_to(INSTALL_DIR))]
+    assert left == []
+    assert not INSTALL_DIR.exists()
