@@ -10,13 +10,26 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from app import __version__
+
+class _VersionAction(argparse.Action):
+    """``--version``: the installed version is read only when asked (it is not free)."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="show the version and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: object, option_string: str | None = None) -> None:
+        from app import __version__  # noqa: PLC0415 - importlib.metadata is slow to load
+
+        print(f"Fireside {__version__}")
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="fireside", description="Chat with local GGUF language models, privately.")
-    parser.add_argument("--version", action="version", version=f"Fireside {__version__}")
+    parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--models-dir", action="append", default=[], type=Path,
                         metavar="DIR", help="an extra folder of GGUF models (repeatable)")
     parser.add_argument("--log-level", default=os.environ.get("FIRESIDE_LOG", "WARNING"),

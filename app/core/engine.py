@@ -30,6 +30,7 @@ import psutil
 
 from app.core import catalog, gguf, llama_runtime, templates
 from app.core.detok import PieceDecoder
+from app.core.options import LoadOptions, Sampling
 from app.core.templates import ChatTemplate, Segment
 
 logger = logging.getLogger(__name__)
@@ -73,13 +74,6 @@ def default_threads() -> int:
 
 
 @dataclass(frozen=True)
-class LoadOptions:
-    n_ctx: int | None = None  # None: the trained length, capped at DEFAULT_MAX_CONTEXT
-    n_threads: int | None = None  # None: default_threads()
-    template_override: str | None = None
-
-
-@dataclass(frozen=True)
 class LoadedModel:
     path: Path
     name: str
@@ -90,17 +84,6 @@ class LoadedModel:
     template: ChatTemplate
     seconds: float
     options: LoadOptions
-
-
-@dataclass(frozen=True)
-class Sampling:
-    temperature: float = 0.7
-    top_p: float = 0.95
-    top_k: int = 40
-    min_p: float = 0.05
-    repeat_penalty: float = 1.1
-    max_tokens: int = 1024
-    seed: int | None = None  # None: a new random seed per reply
 
 
 @dataclass(frozen=True)

@@ -7,14 +7,13 @@ import dataclasses
 import json
 import logging
 import os
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from app.core import paths
-from app.core.engine import LoadOptions, Sampling
+from app.core.options import LoadOptions, Sampling
 
 logger = logging.getLogger(__name__)
 
@@ -95,6 +94,8 @@ def load(path: Path | None = None) -> LoadedSettings:
 
 def save(settings: Settings, path: Path | None = None) -> None:
     """Write atomically: a crash mid-write leaves the previous file intact."""
+    import tempfile  # noqa: PLC0415 - only when saving: reading the settings stays light
+
     path = path or paths.settings_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(dataclasses.asdict(settings), indent=2, ensure_ascii=False)

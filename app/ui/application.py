@@ -15,6 +15,7 @@ import os
 import signal
 import sys
 import time
+from pathlib import Path
 from types import FrameType
 
 from PySide6.QtCore import QTimer
@@ -31,10 +32,9 @@ SIGNAL_POLL_MS = 200  # Python runs signal handlers only when the Qt loop yields
 
 def run(args: argparse.Namespace) -> int:
     _ensure_utf8_locale()
-    app = QApplication.instance() or QApplication(sys.argv[:1])
+    app = QApplication.instance() or QApplication([*sys.argv[:1], *theme.STYLE_ARGS])
     assert isinstance(app, QApplication)
     app.setApplicationName("Fireside")
-    app.setApplicationDisplayName("Fireside")
     app.setDesktopFileName("fireside")
     app.setWindowIcon(icons.app_icon())
     sys.excepthook = messages.excepthook
@@ -67,25 +67,33 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report_ready_and_quit(window: MainWindow) -> None:
-    print(f"ready {time.time() - _process_start():.3f}", flush=True)
+    print(f"ready {_seconds_since_process_start():.3f}", flush=True)
     window.close()
 
 
-def _process_start() -> float:
-    try:
-        import psutil  # noqa: PLC0415 - only for the startup report
+def _seconds_since_process_start() -> float:
+    try:  # Linux: read by the kernel's clock, without importing anything
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        return uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        import psutil  # noqa: PLC0415 - elsewhere, only for this report
 
-        return float(psutil.Process().create_time())
-    except Exception:
-        return time.time()
+        return time.time() - float(psutil.Process().create_time())
 
 
 def _handle_termination(window: MainWindow) -> QTimer:
     """SIGINT and SIGTERM close the window like the user would: the reply is saved."""
 
+    received: list[int] = []
+
     def on_signal(signum: int, _frame: FrameType | None) -> None:
-        logger.info("signal %s: closing", signum)
-        QTimer.singleShot(0, window.close)
+        received.append(signum)
+        if len(received) == 1:
+            logger.info("signal %s: closing", signum)
+            QTimer.singleShot(0, window.close)
+        else:  # asked twice: leave now (what could be saved has been)
+            QTimer.singleShot(0, lambda: QApplication.exit(1))
 
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
@@ -97,8 +105,9 @@ def _handle_termination(window: MainWindow) -> QTimer:
 
 def _ensure_utf8_locale() -> None:
     # Under the C locale Qt warns and switches to C.UTF-8 on its own: do it quietly.
+    # (Python itself only coerces LC_CTYPE, and LC_ALL overrides that.)
     if locale.setlocale(locale.LC_CTYPE) in ("C", "POSIX"):
-        os.environ["LC_CTYPE"] = "C.UTF-8"
+        os.environ["LC_ALL" if os.environ.get("LC_ALL") else "LC_CTYPE"] = "C.UTF-8"
 
 
 def _log_to_file() -> None:

@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
 )
 
 MAX_LINES = 8
+FOCUSED_FRAME = "#composerFrame { border-color: palette(highlight); }"
 
 
 class Composer(QPlainTextEdit):
@@ -151,13 +152,22 @@ class ComposerBar(QFrame):
         self._editing = False
         self.edit_banner.hide()
 
+    def focus(self) -> None:
+        """Put the focus in the text box (and show it before the focus event comes)."""
+        self.composer.setFocus()
+        self._show_focus(True)
+
     def eventFilter(self, watched: QObject, event: QEvent) -> bool:
         if watched is self.composer and isinstance(event, QFocusEvent):
-            # The rounded frame, not the bare text box, shows where the focus is.
-            self.frame.setProperty("focused", event.type() == QEvent.Type.FocusIn)
-            self.frame.style().unpolish(self.frame)
-            self.frame.style().polish(self.frame)
+            self._show_focus(event.type() == QEvent.Type.FocusIn)
         return super().eventFilter(watched, event)
+
+    def _show_focus(self, focused: bool) -> None:
+        # The rounded frame, not the bare text box, shows where the focus is. A sheet of
+        # its own re-styles just the frame (no style object needed: that is not free).
+        sheet = FOCUSED_FRAME if focused else ""
+        if self.frame.styleSheet() != sheet:
+            self.frame.setStyleSheet(sheet)
 
     def _update_buttons(self) -> None:
         self.send_button.setEnabled(self._can_send and bool(self.composer.text().strip()))

@@ -27,7 +27,8 @@ def ensure() -> asyncio.AbstractEventLoop:
         return asyncio.get_running_loop()
     except RuntimeError:
         pass
-    loop = qasync.QEventLoop(QApplication.instance(), already_running=True)
+    loop: asyncio.AbstractEventLoop = qasync.QEventLoop(QApplication.instance(),
+                                                        already_running=True)
     asyncio.set_event_loop(loop)
     messages.install_exception_handlers(loop)
     _created = loop

@@ -7,10 +7,11 @@ text colour, so they follow light and dark.
 
 from __future__ import annotations
 
+import functools
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
 from PySide6.QtSvg import QSvgRenderer
 
@@ -34,6 +35,7 @@ def resources_dir() -> Path:
     return Path(__file__).resolve().parents[2] / "resources"
 
 
+@functools.cache
 def app_icon() -> QIcon:
     icon = QIcon()
     for size in SIZES:
@@ -48,7 +50,7 @@ def glyph(name: str, color: QColor, size: int = 18, ratio: float = 2.0) -> QIcon
     svg = ('<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 24 24" fill="none" '
            f'stroke="{color.name()}" stroke-width="1.8" stroke-linecap="round" '
            f'stroke-linejoin="round">{_GLYPHS[name]}</svg>')
-    renderer = QSvgRenderer(QByteArray(svg.encode()))
+    renderer = QSvgRenderer(svg.encode())
     pixels = round(size * ratio)
     pixmap = QPixmap(pixels, pixels)
     pixmap.fill(Qt.GlobalColor.transparent)

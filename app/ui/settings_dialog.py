@@ -89,8 +89,7 @@ class SettingsDialog(QDialog):
     # Tabs ------------------------------------------------------------------------
 
     def _models_tab(self, models_dir: Path) -> QWidget:
-        page = QWidget(self)
-        form = QFormLayout(page)
+        page, form = _form_page(self)
         where = QLabel(f"Fireside finds GGUF files in <b>{models_dir}</b>, the bundled "
                        "models and the folders below (searched with their subfolders).", page)
         where.setObjectName("settingsNote")
@@ -158,8 +157,7 @@ class SettingsDialog(QDialog):
         return page
 
     def _replies_tab(self) -> QWidget:
-        page = QWidget(self)
-        form = QFormLayout(page)
+        page, form = _form_page(self)
         self.system_prompt = QPlainTextEdit(self.prefs.system_prompt, page)
         self.system_prompt.setObjectName("systemPromptBox")
         self.system_prompt.setAccessibleName("System prompt")
@@ -189,8 +187,7 @@ class SettingsDialog(QDialog):
         return page
 
     def _appearance_tab(self) -> QWidget:
-        page = QWidget(self)
-        form = QFormLayout(page)
+        page, form = _form_page(self)
         self.theme = QComboBox(page)
         self.theme.setObjectName("themeBox")
         self.theme.setAccessibleName("Theme")
@@ -320,3 +317,13 @@ def _left(widget: QWidget) -> QHBoxLayout:
     row.addWidget(widget)
     row.addStretch(1)
     return row
+
+
+def _form_page(parent: QWidget) -> tuple[QWidget, QFormLayout]:
+    """A tab whose rows stay together at the top, however tall the dialog."""
+    page = QWidget(parent)
+    column = QVBoxLayout(page)
+    form = QFormLayout()
+    column.addLayout(form)
+    column.addStretch(1)
+    return page, form

@@ -119,16 +119,15 @@ class Sidebar(QFrame):
         self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
         self.list.selectionModel().currentChanged.connect(self._on_current_changed)
 
-
         self._logo = QLabel(self)
         self._logo.setFixedSize(22, 22)
-        name = QLabel("Fireside", self)
-        name.setObjectName("brandName")
+        brand_name = QLabel("Fireside", self)
+        brand_name.setObjectName("brandName")
         brand = QHBoxLayout()
         brand.setContentsMargins(4, 0, 0, 4)
         brand.setSpacing(8)
         brand.addWidget(self._logo)
-        brand.addWidget(name, 1)
+        brand.addWidget(brand_name, 1)
 
         layout = QVBoxLayout(self)
         layout.setContentsMargins(10, 14, 10, 10)
@@ -176,11 +175,6 @@ class Sidebar(QFrame):
         self.search_box.setFocus(Qt.FocusReason.ShortcutFocusReason)
         self.search_box.selectAll()
 
-    def rename_current(self) -> None:
-        index = self.list.currentIndex()
-        if index.isValid() and not index.data(HEADER_ROLE):
-            self.list.edit(index)
-
     def _select(self, conversation_id: int | None) -> None:
         self._current_id = conversation_id
         row = -1 if conversation_id is None else self.model.row_of(conversation_id)
@@ -200,6 +194,11 @@ class Sidebar(QFrame):
             self._current_id = conversation_id
             self.conversation_chosen.emit(conversation_id)
 
+    def _rename(self, conversation_id: int) -> None:
+        row = self.model.row_of(conversation_id)
+        if row >= 0:
+            self.list.edit(self.model.index(row))
+
     def _on_search_timer_timeout(self) -> None:
         self.search_changed.emit(self.search_box.text())
 
@@ -215,6 +214,7 @@ class Sidebar(QFrame):
             return
         menu = QMenu(self)
         menu.setAttribute(Qt.WidgetAttribute.WA_DeleteOnClose)
-        menu.addAction("Rename", lambda: self.list.edit(index))
+        # By id, not by row: the list may be refreshed while the menu is open.
+        menu.addAction("Rename", lambda: self._rename(conversation_id))
         menu.addAction("Delete", lambda: self.delete_requested.emit(conversation_id))
         menu.popup(self.list.viewport().mapToGlobal(pos))

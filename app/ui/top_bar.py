@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from PySide6.QtCore import QSize, Qt, Signal
 from PySide6.QtGui import QColor
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QProgressBar, QPushButton, QToolButton
+from PySide6.QtWidgets import (
+    QFrame,
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QToolButton,
+    QWidget,
+)
 
 from app.ui import icons
 from app.ui.model_picker import ModelPicker
@@ -18,7 +26,7 @@ class TopBar(QFrame):
     settings_requested = Signal()
     """The user wants the settings."""
 
-    def __init__(self, models_folder: str, parent: QFrame | None = None) -> None:
+    def __init__(self, models_folder: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.setObjectName("topBar")
         self.picker = ModelPicker(self)

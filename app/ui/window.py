@@ -1,9 +1,9 @@
 """The main window: sidebar, model picker, transcript, composer and status line.
 
-The window shows before anything heavy is imported. ``start()`` then imports the
-chat controller (and with it llama.cpp) off the GUI thread, opens the conversations
-and loads a model, with progress on screen. Closing stops a streaming reply, saves
-it and closes the model in bounded time.
+The window paints before anything heavy is imported. ``start()`` then imports the
+transcript and the chat controller (with asyncio, the core and llama.cpp) off the
+GUI thread, opens the conversations and loads a model with its progress on screen.
+Closing stops a streaming reply, saves it and closes the model in bounded time.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import gc
 import importlib
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
@@ -79,7 +79,6 @@ class MainWindow(QMainWindow):
         self.setObjectName("mainWindow")
         self.setWindowTitle(APP_TITLE)
         self.setAccessibleName(APP_TITLE)
-        self.setWindowIcon(icons.app_icon())
         self.prefs = prefs
         self.models_dirs = list(models_dirs)
         self.controller: ChatController | None = None
@@ -161,7 +160,7 @@ class MainWindow(QMainWindow):
         splitter.setStretchFactor(1, 1)
         splitter.setSizes([260, 920])
         self.setCentralWidget(splitter)
-        self.composer.setFocus()
+        self.composer_bar.focus()
         self._apply_icons()
 
     def _apply_icons(self) -> None:
@@ -178,7 +177,8 @@ class MainWindow(QMainWindow):
             self._apply_icons()
 
     def _add_actions(self) -> None:
-        for text, keys, slot in (
+        actions: tuple[tuple[str, list[QKeySequence.StandardKey | str], Callable[[], object]],
+                       ...] = (
             ("New chat", [QKeySequence.StandardKey.New], self.new_chat),
             ("Search conversations", ["Ctrl+K"], self.sidebar.focus_search),
             ("Settings", ["Ctrl+,"], self.show_settings),
@@ -189,7 +189,8 @@ class MainWindow(QMainWindow):
             ("Write a message", ["Ctrl+L"], self._focus_composer),
             ("Choose a model", ["Ctrl+M"], self._on_choose_model),
             ("About Fireside", ["F1"], self.show_about),
-        ):
+        )
+        for text, keys, slot in actions:
             action = QAction(text, self)
             sequences = {QKeySequence(k).toString(): QKeySequence(k) for k in keys}
             action.setShortcuts(list(sequences.values()))
@@ -277,6 +278,11 @@ class MainWindow(QMainWindow):
             # Runs once this paint pass (the whole window) has reached the screen.
             QTimer.singleShot(0, self._on_first_shown)
         return super().eventFilter(watched, event)
+
+    @property
+    def _view(self) -> TranscriptView:
+        assert self.transcript is not None, "installed before the controller's first signal"
+        return self.transcript
 
     def _on_first_shown(self) -> None:
         # Shortcuts a few milliseconds after the first paint: creating them is not free.
@@ -488,20 +494,20 @@ class MainWindow(QMainWindow):
             self.composer_bar.set_can_send(True)
 
     def _on_conversation_opened(self, conversation_id: int, history: list[Message]) -> None:
-        self.transcript.set_messages(history)
+        self._view.set_messages(history)
         self.sidebar.set_current(conversation_id)
         replies = [m for m in history if m.role == "assistant" and m.stats]
         self.status.show_reply(replies[-1].stats if replies else None)
         self._update_title()
 
     def _on_chat_cleared(self) -> None:
-        self.transcript.clear()
+        self._view.clear()
         self.sidebar.set_current(None)
         self.status.show_reply(None)
         self._update_title()
 
     def _on_reply_finished(self, text: str, stats: dict[str, Any]) -> None:
-        self.transcript.finish_reply(text, stats)
+        self._view.finish_reply(text, stats)
         self.status.show_reply(stats)
 
     def _on_streaming_changed(self, streaming: bool) -> None:

@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_API", "pyside6")
 
-ROUNDS = 5
+ROUNDS = 7
 REPLY_TOKENS = 2000
 STORY = "Write a very long, detailed story about a lighthouse keeper and a storm."
 

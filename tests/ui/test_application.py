@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import signal
 import subprocess
@@ -53,14 +54,14 @@ def wait_for_line(lines: queue.Queue[str], text: str) -> None:
             return
 
 
-def test_the_window_reports_ready_and_quits_cleanly() -> None:
-    import os
-
-    env = {**os.environ, "FIRESIDE_EXIT_WHEN_READY": "1"}
-    with running_app(env=env) as (process, _lines):
-        out, _ = process.communicate(timeout=START_TIMEOUT_S)
-    assert process.returncode == 0
-    assert out.startswith("ready ")
+@pytest.mark.parametrize("locale_env", [{}, {"LC_ALL": "C"}])
+def test_the_window_reports_ready_and_quits_cleanly(locale_env: dict[str, str]) -> None:
+    env = {**os.environ, "FIRESIDE_EXIT_WHEN_READY": "1", **locale_env}
+    result = subprocess.run([sys.executable, "-m", "app"], capture_output=True, text=True,
+                            env=env, timeout=START_TIMEOUT_S, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("ready ")
+    assert "Traceback" not in result.stderr and "Detected locale" not in result.stderr
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])

@@ -440,7 +440,7 @@ def test_older_messages_appear_without_moving_the_view(view: TranscriptView,
     view.activateWindow()
     last(view).copy_button.setFocus()
     newest_let_go = False
-    for _ in range(12):
+    while view.unbuilt_count() > 0:  # how many appear per step depends on the machine
         bar.setValue(bar.minimum() + 40)
         top_row = first_visible(view)
         before_y, before_built = top_row.mapTo(view, QPoint(0, 0)).y(), view.unbuilt_count()

@@ -149,6 +149,51 @@ def test_switching_model_mid_conversation_continues_it(
     assert len(window.transcript.message_widgets()) == 4
 
 
+def test_cancelling_a_load_keeps_the_model_in_use(
+        open_window: WindowFactory, qtbot: Any, gemma_path: Path, smollm2_path: Path,
+        notices: Notices) -> None:
+    window = open_window()
+    controller = window.controller
+    assert controller is not None
+    with qtbot.waitSignal(controller.model_load_started):
+        choose_model(window.picker, gemma_path)
+    with qtbot.waitSignal(controller.model_load_failed, timeout=REPLY_TIMEOUT_MS):
+        qtbot.mouseClick(window.top_bar.cancel_load_button, Qt.MouseButton.LeftButton)
+    assert "cancelled" in notices.last(Level.INFO).text
+    assert controller.model is not None and controller.model.path == smollm2_path
+    assert window.picker.current_path() == smollm2_path
+    assert not window.top_bar.load_progress.isVisible()
+    text, _stats = send(qtbot, window, "Say hello.")
+    assert text
+
+
+def test_opening_another_conversation_mid_reply_keeps_each_in_its_place(
+        open_window: WindowFactory, qtbot: Any) -> None:
+    window = open_window()
+    controller = window.controller
+    assert controller is not None
+    send(qtbot, window, "Hello!")
+    window.prefs.max_tokens = 2000  # as the settings dialog sets it: a long reply next
+    quiet = controller.conversation_id
+    quiet_before = saved_messages(quiet or -1)
+    window.new_chat()
+    qtbot.waitUntil(lambda: controller.conversation_id is None)
+    type_and_send(qtbot, window, STORY)
+    qtbot.waitUntil(lambda: len(last_reply_text(window)) > 20, timeout=REPLY_TIMEOUT_MS)
+    busy = controller.conversation_id
+
+    view = window.sidebar.list
+    view.setCurrentIndex(window.sidebar.model.index(window.sidebar.model.row_of(quiet or -1)))
+    qtbot.waitUntil(lambda: controller.conversation_id == quiet and not controller.streaming,
+                    timeout=REPLY_TIMEOUT_MS)
+    interrupted = saved_messages(busy or -1)
+    assert [m.role for m in interrupted] == ["user", "assistant"]
+    assert interrupted[1].complete and interrupted[1].stats["finish_reason"] == "stopped"
+    assert saved_messages(quiet or -1) == quiet_before  # nothing landed here
+    assert [r.markdown() for r in window.transcript.message_widgets()] == \
+        [m.text for m in quiet_before]
+
+
 def test_a_damaged_file_is_listed_but_cannot_be_chosen(
         open_window: WindowFactory, tmp_path: Path) -> None:
     models = tmp_path / "models"
