@@ -10,6 +10,7 @@
 4. On Linux, ``dist/fireside-VERSION-linux-ARCH.tar.gz`` and the ``.deb``.
 
 ``python3 packaging/build.py wheel`` stops after step 2; ``bundle`` after step 3.
+``python3 packaging/build.py cached`` says (by its exit status) whether step 2 is done.
 """
 
 from __future__ import annotations
@@ -69,10 +70,15 @@ def make_venv() -> Path:
     return python
 
 
+def wheel_folder() -> Path:
+    """Where the portable wheel for this llama-cpp-python version and set of flags lives."""
+    tag = hashlib.sha256(" ".join([LLAMA_VERSION, *PORTABLE_CMAKE_ARGS]).encode()).hexdigest()
+    return WHEELS / f"{LLAMA_VERSION}-{tag[:12]}"
+
+
 def portable_wheel(python: Path) -> Path:
     """The portable llama-cpp-python wheel, built once per version and set of flags."""
-    tag = hashlib.sha256(" ".join([LLAMA_VERSION, *PORTABLE_CMAKE_ARGS]).encode()).hexdigest()
-    folder = WHEELS / f"{LLAMA_VERSION}-{tag[:12]}"
+    folder = wheel_folder()
     found = sorted(folder.glob("llama_cpp_python-*.whl"))
     if not found:
         env = {**os.environ, "CMAKE_ARGS": " ".join(PORTABLE_CMAKE_ARGS),
@@ -179,8 +185,10 @@ def tarball(folder: Path, name: str) -> Path:
 
 def main(argv: list[str]) -> int:
     stop = argv[0] if argv else "all"
+    if stop == "cached":  # exit status 0 when the slow part, the portable wheel, is built
+        return 0 if any(wheel_folder().glob("llama_cpp_python-*.whl")) else 1
     if stop not in ("wheel", "bundle", "all"):
-        raise SystemExit("usage: build.py [wheel|bundle|all]")
+        raise SystemExit("usage: build.py [wheel|bundle|all|cached]")
     started = time.monotonic()
     python = make_venv()
     wheel = portable_wheel(python)
