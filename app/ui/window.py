@@ -8,6 +8,7 @@ Closing stops a streaming reply, saves it and closes the model in bounded time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gc
 import importlib
@@ -213,7 +214,8 @@ class MainWindow(QMainWindow):
                 future.set_result([importlib.import_module(m) for m in HEAVY_MODULES])
             except BaseException as exc:  # reported on the GUI thread
                 future.set_exception(exc)
-            self._heavy_imported.emit(future)
+            with contextlib.suppress(RuntimeError):  # the window was closed meanwhile
+                self._heavy_imported.emit(future)
 
         threading.Thread(target=run, name="fireside-import").start()
 
