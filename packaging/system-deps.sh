@@ -4,7 +4,8 @@
 set -e
 command -v apt-get >/dev/null 2>&1 || exit 0
 [ "$(id -u)" = 0 ] || { echo "Skipping system packages (not root)."; exit 0; }
-PACKAGES="libegl1 libgl1 libfontconfig1 libxkbcommon0 libglib2.0-0 libdbus-1-3 fonts-dejavu-core"
+# strace: the test suite proves with it that Fireside opens no network connection.
+PACKAGES="libegl1 libgl1 libfontconfig1 libxkbcommon0 libglib2.0-0 libdbus-1-3 fonts-dejavu-core strace"
 MISSING=""
 for p in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || MISSING="$MISSING $p"

@@ -9,7 +9,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core import bundled
+from app.core import bundled, sources
 
 
 @pytest.fixture(autouse=True)
@@ -19,7 +19,21 @@ def isolated_dirs(tmp_path_factory: pytest.TempPathFactory,
     root = tmp_path_factory.mktemp("fireside-home")
     monkeypatch.setenv("FIRESIDE_DATA_DIR", str(root / "data"))
     monkeypatch.setenv("FIRESIDE_CONFIG_DIR", str(root / "config"))
+    monkeypatch.setenv("FIRESIDE_CACHE_DIR", str(root / "cache"))
     monkeypatch.delenv("FIRESIDE_MODELS_DIR", raising=False)
+    # Other apps' model stores (LM Studio, Ollama, Hugging Face, Jan, GPT4All) are
+    # found from these: a test sees only the ones it builds under this home.
+    home = root / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("USERPROFILE", str(home))
+    for name, relative in (("XDG_DATA_HOME", ".local/share"), ("XDG_CONFIG_HOME", ".config"),
+                           ("XDG_CACHE_HOME", ".cache"), ("LOCALAPPDATA", "AppData/Local"),
+                           ("APPDATA", "AppData/Roaming")):
+        monkeypatch.setenv(name, str(home / relative))
+    for name in ("OLLAMA_MODELS", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setattr(sources, "OLLAMA_SERVICE", home / "usr-share-ollama")
     return root
 
 

@@ -103,9 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _models(args: argparse.Namespace) -> int:
     from app.core import catalog, settings  # noqa: PLC0415
 
-    prefs = settings.load().settings
+    loaded = settings.load()
+    if loaded.problem:
+        print(f"fireside: {loaded.problem}", file=sys.stderr)
+    prefs = loaded.settings
     folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
-    entries = catalog.scan(folders)
+    entries = catalog.scan(folders, catalog.app_stores(prefs.disabled_sources))
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_json(), ensure_ascii=False))
@@ -129,9 +132,15 @@ def _models(args: argparse.Namespace) -> int:
 
 def _export(args: argparse.Namespace) -> int:
     from app.core import export  # noqa: PLC0415
-    from app.core.store import Store  # noqa: PLC0415
+    from app.core.store import StoreError, open_store  # noqa: PLC0415
 
-    store = Store()
+    try:
+        store = open_store()
+    except StoreError as err:
+        print(f"fireside: {err}", file=sys.stderr)
+        return 1
+    if store.notice:
+        print(f"fireside: {store.notice}", file=sys.stderr)
     try:
         conversations = store.list_conversations()
         if args.all:

@@ -1,8 +1,8 @@
 """``fireside chat``: a terminal chat on the same core as the window.
 
 Plain mode streams the reply as text; ``--json`` writes only JSON lines to stdout
-(``model_loaded``, ``delta``, ``reply``, ``chat_cleared``, ``models``, ``error``)
-for scripts. Everything else (progress, notes) goes to stderr.
+(``model_loaded``, ``delta``, ``reply``, ``chat_cleared``, ``models``, ``error``,
+``notice``) for scripts. Everything else (progress, notes) goes to stderr.
 """
 
 from __future__ import annotations
@@ -21,9 +21,10 @@ from typing import Any, TextIO
 
 from app.core import catalog, settings
 from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import Engine, EngineError, LoadedModel, LoadOptions
+from app.core.engine import Engine, EngineError, LoadedModel
 from app.core.models import choose_model
-from app.core.store import Store, StoreError
+from app.core.options import LoadOptions, Sampling
+from app.core.store import Store, StoreError, open_store
 
 STOP_GRACE_S = 1.5  # after a stop, how long to wait for the reply to be saved
 
@@ -57,6 +58,13 @@ class Output:
         else:
             self.note(f"fireside: {message}")
 
+    def notice(self, message: str) -> None:
+        """Something the user should know that does not stop the chat."""
+        if self.as_json:
+            self.event("notice", message=message)
+        else:
+            self.note(f"fireside: {message}")
+
     def _write(self, stream: TextIO, text: str) -> None:
         with self._lock:
             stream.write(text)
@@ -64,53 +72,65 @@ class Output:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    prefs = settings.load().settings
+    loaded_settings = settings.load()
+    prefs = loaded_settings.settings
     out = Output(args.json)
+    if loaded_settings.problem:
+        out.notice(loaded_settings.problem)
     folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
-    entries = catalog.scan(folders)
+    entries = catalog.scan(folders, catalog.app_stores(prefs.disabled_sources))
     try:
         model_path = choose_model(args.model, entries, prefs)
     except LookupError as err:
         out.error(str(err))
         return 2
-    if args.context is not None:
-        prefs.context_size = args.context
-    if args.threads is not None:
-        prefs.threads = args.threads
-    sampling = dataclasses.replace(prefs.sampling(), **{
-        name: value for name, value in (
-            ("temperature", args.temperature), ("top_p", args.top_p), ("top_k", args.top_k),
-            ("min_p", args.min_p), ("repeat_penalty", args.repeat_penalty),
-            ("seed", args.seed), ("max_tokens", args.max_tokens)) if value is not None})
-    system_prompt = args.system if args.system is not None else prefs.system_prompt
+    load_options, sampling, system_prompt = _model_settings(prefs, model_path, args)
 
     engine = Engine()
+    status = 0
     try:
-        store = Store()
+        store = open_store()
     except StoreError as err:
-        out.error(str(err))
-        engine.close()
-        return 1
+        # Still answer (the user asked a question), but say that nothing is kept.
+        out.error(f"{err}. This chat will not be saved.")
+        store = Store(":memory:")
+        status = 1
+    if store.notice:
+        out.notice(store.notice)
     chat = ChatService(engine, store)
     previous_handlers = _install_signal_handlers()
     try:
-        if _load(chat, model_path, prefs.load_options(), out) is None:
+        if _load(chat, model_path, load_options, out) is None:
             return 1
         prefs.last_model = str(model_path)
         _remember(prefs)
         session = _Session(chat, out, sampling=sampling, system_prompt=system_prompt,
-                           entries=entries, prefs=prefs)
+                           entries=entries, prefs=prefs, args=args)
         if args.prompt is not None:
             session.ask(args.prompt)
-            return 0
-        session.loop()
-        return 0
+        else:
+            session.loop()
+        return _save_the_rest(chat, out) or status
     except (KeyboardInterrupt, _Terminated):
+        _save_the_rest(chat, out)
         return 0
     finally:
         _restore_signal_handlers(previous_handlers)
         engine.close()
         store.close()
+
+
+def _save_the_rest(chat: ChatService, out: Output) -> int:
+    """Write what the disk refused earlier; 1 (and a message) if it still cannot."""
+    if not chat.unsaved:
+        return 0
+    count = chat.unsaved
+    error = chat.save_unsaved()
+    if error is None:
+        out.notice("The messages that could not be saved before are saved now.")
+        return 0
+    out.error(f"{count} message(s) of this chat could not be saved: {error}")
+    return 1
 
 
 def _remember(prefs: settings.Settings) -> None:
@@ -154,10 +174,28 @@ def _wait(future: Future[Any], on_interrupt: Any) -> Any:
             on_interrupt()
 
 
+def _model_settings(prefs: settings.Settings, model: Path, args: argparse.Namespace
+                    ) -> tuple[LoadOptions, Sampling, str]:
+    """The settings a model runs with: the defaults, then its own, then the command line's."""
+    load_options = dataclasses.replace(prefs.load_options(model), **_given(
+        n_ctx=args.context, n_threads=args.threads))
+    sampling = dataclasses.replace(prefs.sampling(model), **_given(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
+        repeat_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens))
+    system_prompt = args.system if args.system is not None else prefs.system_prompt_for(model)
+    return load_options, sampling, system_prompt
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}
+
+
 class _Session:
     def __init__(self, chat: ChatService, out: Output, *, sampling: Any, system_prompt: str,
-                 entries: list[catalog.ModelEntry], prefs: settings.Settings) -> None:
+                 entries: list[catalog.ModelEntry], prefs: settings.Settings,
+                 args: argparse.Namespace) -> None:
         self.chat = chat
+        self.args = args
         self.out = out
         self.sampling = sampling
         self.system_prompt = system_prompt
@@ -201,7 +239,8 @@ class _Session:
                 self.out.note(f"[{stats.dropped_turns} earlier turn(s) left out to fit the "
                               "context]")
         if not result.saved:
-            self.out.error("This reply could not be saved (the disk may be full).")
+            self.out.error(f"This reply could not be saved ({result.save_error}). It is "
+                           "kept in memory and saved as soon as the disk has room.")
 
     def loop(self) -> None:
         interactive = sys.stdin.isatty() and not self.out.as_json
@@ -248,7 +287,9 @@ class _Session:
         except LookupError as err:
             self.out.error(str(err))
             return
-        if _load(self.chat, path, self.prefs.load_options(), self.out) is not None:
+        load_options, sampling, system_prompt = _model_settings(self.prefs, path, self.args)
+        if _load(self.chat, path, load_options, self.out) is not None:
+            self.sampling, self.system_prompt = sampling, system_prompt
             self.prefs.last_model = str(path)
             _remember(self.prefs)
 

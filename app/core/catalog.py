@@ -3,6 +3,7 @@
 Models are used where they lie (another app's folder, the Hugging Face cache), so the
 scan follows symbolic links, lists each file once however it was reached, and turns
 every unreadable or unusable file into an entry with a reason instead of an exception.
+Other apps' stores (LM Studio, Ollama, ...) are found by `app.core.sources`.
 """
 
 from __future__ import annotations
@@ -11,19 +12,27 @@ import os
 import re
 import stat
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from app.core import paths
+from app.core import paths, sources
 from app.core.bundled import bundled_dir
-from app.core.gguf import GGUFError, GGUFHeader, read_header
+from app.core.gguf import GGUFError, GGUFHeader
+from app.core.header_cache import cached_header
+from app.core.sources import Found, Source, gguf_files
 
 BUNDLED = "bundled"
 MODELS_FOLDER = "models folder"
 SETTINGS = "settings"
 ENVIRONMENT = "environment"
 COMMAND_LINE = "command line"
+
+# The user's own folders: Fireside's models folder and the folders the user named.
+_OWN = frozenset({MODELS_FOLDER, SETTINGS, ENVIRONMENT, COMMAND_LINE})
+# What the picker says a model came from.
+_LABELS = {BUNDLED: "Bundled", MODELS_FOLDER: "Fireside", SETTINGS: "Your folder",
+           ENVIRONMENT: "Your folder", COMMAND_LINE: "Command line"}
 
 # llama.cpp's split naming: <prefix>-00001-of-00003.gguf
 _SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
@@ -70,24 +79,66 @@ def describe(path: str | os.PathLike[str], source: str = COMMAND_LINE) -> ModelE
     return _inspect(Path(path), source)[0]
 
 
-def scan(folders: Sequence[tuple[Path, str]]) -> list[ModelEntry]:
-    """Every chat model under the folders (recursively), once each, sorted by name."""
-    seen: set[object] = set()
-    walked: set[tuple[int, int]] = set()
+def scan(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> list[ModelEntry]:
+    """Every chat model under the folders (recursively) and in the stores, once each,
+    sorted by name."""
+    groups: dict[object, list[Found]] = {}
+    for found in candidates(folders, stores):
+        first = _shard_paths(found.path)[0]
+        groups.setdefault(_identity(first), []).append(replace(found, path=first))
     entries: list[ModelEntry] = []
-    for folder, source in folders:
-        for path in _gguf_files(Path(folder), walked):
-            if _is_projector_name(path):
-                continue
-            first = _shard_paths(path)[0]
-            identity = _identity(first)
-            if identity in seen:
-                continue
-            seen.add(identity)
-            entry, chat_model = _inspect(first, source)
-            if chat_model:
-                entries.append(entry)
+    for group in groups.values():
+        # One file reached several ways (links, overlapping folders, two apps): the
+        # user's own folders name its source, then the bundled folder, then other apps,
+        # each in the order given. The name another app gives it (an Ollama tag, a
+        # Hugging Face repository) beats the file's own name, which for an Ollama blob
+        # is a hash; Ollama's tag beats a repository name, and the shortest tag wins.
+        chosen = min(group, key=lambda f: 0 if f.source in _OWN else 1 if f.source == BUNDLED
+                     else 2)
+        named = sorted((f for f in group if f.name),
+                       key=lambda f: (f.source != sources.OLLAMA, len(f.name or "")))
+        entry, chat_model = _inspect(chosen.path, chosen.source)
+        if not chat_model:
+            continue
+        if named:
+            name = named[0].name or entry.name
+            if named[0].add_quantization and entry.quantization:
+                name = f"{name}:{entry.quantization}"
+            entry = replace(entry, name=name)
+        entries.append(entry)
     return _with_unique_names(entries)
+
+
+def candidates(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> list[Found]:
+    """Every file that may be a model, as reached (a file reached twice is here twice).
+
+    Partial downloads (by name) and vision projectors (by name) are left out; the
+    watcher lists these to tell when the catalog must be scanned again.
+    """
+    walked: set[tuple[int, int]] = set()
+    found = [Found(path, source) for folder, source in folders
+             for path in gguf_files(Path(folder), walked)]
+    for store in stores:
+        found += store.files(walked)
+    return [f for f in found if not _is_projector_name(f.path)]
+
+
+def watch_list(folders: Sequence[tuple[Path, str]], disabled: Iterable[str] = ()
+               ) -> list[tuple[str, Path]]:
+    """What the watcher looks at: each candidate file, keyed by how it is reached."""
+    return [(f"{f.source}\0{f.name or ''}\0{f.path}", f.path)
+            for f in candidates(folders, app_stores(disabled))]
+
+
+def app_stores(disabled: Iterable[str] = (), place: sources.Place | None = None) -> list[Source]:
+    """The other apps' model stores found on this computer, less those switched off."""
+    off = set(disabled)
+    return [s for s in sources.discover(place) if s.found and s.key not in off]
+
+
+def source_label(source: str) -> str:
+    """Where a model came from, as the picker says it: "Fireside", "Ollama"..."""
+    return _LABELS.get(source, source)
 
 
 def default_folders(extra: Sequence[Path] = (), cli: Sequence[Path] = ()) -> list[tuple[Path, str]]:
@@ -158,7 +209,7 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
         reason = f"part {missing[0]} of {len(shards)} is missing: {shards[missing[0] - 1].name}"
         return replace(entry, error=reason + more), True
     try:
-        headers = [read_header(p) for p in shards]
+        headers = [cached_header(p) for p in shards]
     except GGUFError as failure:
         prefix = f"{failure.path.name}: " if len(shards) > 1 and failure.path else ""
         return replace(entry, error=prefix + failure.reason), True
@@ -247,36 +298,6 @@ def _identity(path: Path) -> object:
 def _file_size(path: Path) -> int:
     info = _stat(path)
     return info.st_size if info and stat.S_ISREG(info.st_mode) else 0
-
-
-def _gguf_files(folder: Path, walked: set[tuple[int, int]]) -> Iterator[Path]:
-    """Files and folders named *.gguf under folder; unreadable folders are passed over."""
-    if folder.name.lower().endswith(".gguf") and not folder.is_dir():
-        yield folder  # a model file given where a folder was expected
-        return
-    stack = [folder]
-    while stack:
-        directory = stack.pop()
-        try:
-            info = directory.stat()
-            if (info.st_dev, info.st_ino) in walked:  # a link loop or an overlapping folder
-                continue
-            walked.add((info.st_dev, info.st_ino))
-            with os.scandir(directory) as listing:
-                items = sorted(listing, key=lambda item: item.name)
-        except OSError:
-            continue
-        subfolders: list[Path] = []
-        for item in items:
-            if item.name.lower().endswith(".gguf"):
-                yield Path(item.path)
-                continue
-            try:
-                if item.is_dir():
-                    subfolders.append(Path(item.path))
-            except OSError:
-                continue
-        stack.extend(reversed(subfolders))
 
 
 def _with_unique_names(entries: list[ModelEntry]) -> list[ModelEntry]:

@@ -8,13 +8,15 @@ and finished with its stats. The window and the terminal both drive this class.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from app.core import templates
 from app.core.engine import (
@@ -28,7 +30,15 @@ from app.core.engine import (
     Sampling,
     Session,
 )
-from app.core.store import Conversation, Message, Store, StoreError, default_title
+from app.core.store import (
+    Conversation,
+    Message,
+    NotFoundError,
+    Role,
+    Store,
+    StoreError,
+    default_title,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -37,10 +47,33 @@ SAVE_INTERVAL_S = 0.5  # a streaming reply reaches the disk at least this often
 
 @dataclass(frozen=True)
 class ChatResult:
-    conversation_id: int
-    message_id: int
+    conversation_id: int  # negative while the disk has refused to create the conversation
+    message_id: int  # negative while the reply waits in memory to be saved
     reply: Reply
     saved: bool  # False when the disk refused the final save (the text is still shown)
+    save_error: str | None = None  # why it was not saved, for the user
+
+
+@dataclass
+class _Unsaved:
+    """A message the disk refused: kept in memory and written when space returns."""
+
+    id: int  # negative, unique: stands in for the row id until it is saved
+    role: Role
+    text: str
+    stats: dict[str, Any] | None = None
+    row_id: int | None = None  # a reply begun on disk whose final save failed
+
+
+@dataclass
+class _Draft:
+    """A conversation's messages that are not saved yet, oldest first."""
+
+    conversation_id: int  # negative while the conversation itself is not saved
+    title: str
+    model: str
+    settings: dict[str, object]
+    messages: list[_Unsaved] = field(default_factory=list)
 
 
 class ChatTurn:
@@ -109,6 +142,11 @@ class ChatService:
         self.engine = engine
         self.store = store
         self.conversation_id: int | None = None
+        # What a full disk refused, per conversation; written again at the next save.
+        self._drafts: list[_Draft] = []
+        self._saved_as: dict[int, int] = {}  # draft conversation id -> its saved id
+        self._last_unsaved_id = 0
+        self._lock = threading.RLock()  # replies finish on the inference thread
 
     # Models -----------------------------------------------------------------------
 
@@ -125,23 +163,133 @@ class ChatService:
 
     def new_chat(self) -> Future[None]:
         """Start over: the sequence's history is cleared, the model stays loaded."""
+        self.save_unsaved()
         self.conversation_id = None
         return self.engine.clear()
 
     def open(self, conversation_id: int) -> list[Message]:
+        """Open a conversation; its messages, including any not saved yet."""
+        self.save_unsaved()
+        history = self._history(conversation_id)
         self.conversation_id = conversation_id
-        return self.store.messages(conversation_id)
+        return history
 
-    def _ensure_conversation(self, first_text: str, settings: dict[str, object]) -> int:
-        if self.conversation_id is None:
+    @property
+    def unsaved(self) -> int:
+        """How many messages wait in memory because the disk refused them."""
+        with self._lock:
+            return sum(len(draft.messages) for draft in self._drafts)
+
+    def save_unsaved(self) -> str | None:
+        """Write what the disk refused before; returns why not if it still cannot."""
+        with self._lock:
+            while self._drafts:
+                draft = self._drafts[0]
+                try:
+                    self._write_draft(draft)
+                except NotFoundError:
+                    pass  # its conversation was deleted meanwhile
+                except StoreError as err:
+                    return str(err)
+                self._drafts.pop(0)
+        return None
+
+    def _write_draft(self, draft: _Draft) -> None:
+        if draft.conversation_id < 0:
+            created = self.store.create_conversation(draft.title, draft.model, draft.settings)
+            self._saved_as[draft.conversation_id] = created.id
+            if self.conversation_id == draft.conversation_id:
+                self.conversation_id = created.id
+            draft.conversation_id = created.id
+        while draft.messages:
+            message = draft.messages[0]
+            if message.row_id is not None:
+                with contextlib.suppress(NotFoundError):  # deleted: nothing left to finish
+                    self.store.finish_reply(message.row_id, message.text, message.stats)
+            else:
+                self.store.add_message(draft.conversation_id, message.role, message.text,
+                                       message.stats)
+            draft.messages.pop(0)
+
+    def _draft(self, conversation_id: int) -> _Draft | None:
+        conversation_id = self._saved_as.get(conversation_id, conversation_id)
+        return next((d for d in self._drafts if d.conversation_id == conversation_id), None)
+
+    def _keep(self, conversation_id: int, role: Role, text: str,
+              stats: dict[str, Any] | None = None, row_id: int | None = None) -> int:
+        """Hold a message the disk refused; returns the id standing in for its row."""
+        with self._lock:
+            draft = self._draft(conversation_id)
+            if draft is None:
+                draft = _Draft(self._saved_as.get(conversation_id, conversation_id), "", "", {})
+                self._drafts.append(draft)
+            self._last_unsaved_id -= 1
+            draft.messages.append(_Unsaved(self._last_unsaved_id, role, text, stats, row_id))
+            return self._last_unsaved_id
+
+    def _history(self, conversation_id: int) -> list[Message]:
+        """The stored messages with the unsaved ones in their place."""
+        with self._lock:
+            conversation_id = self._saved_as.get(conversation_id, conversation_id)
+            stored = self.store.messages(conversation_id) if conversation_id > 0 else []
+            draft = self._draft(conversation_id)
+            if draft is None:
+                return stored
+            finished = {m.row_id: m for m in draft.messages if m.row_id is not None}
+            history = [replace(m, text=finished[m.id].text, stats=finished[m.id].stats,
+                               complete=True) if m.id in finished else m for m in stored]
+            return history + [Message(m.id, conversation_id, m.role, m.text, time.time(),
+                                      m.stats, True)
+                              for m in draft.messages if m.row_id is None]
+
+    def _forget_from(self, conversation_id: int, message: Message) -> None:
+        """Remove ``message`` and every later one, saved or not."""
+        with self._lock:
+            draft = self._draft(conversation_id)
+            if message.id > 0:
+                self.store.delete_messages_from(message.id)
+                if draft is not None:
+                    draft.messages = [m for m in draft.messages
+                                      if m.row_id is not None and m.row_id < message.id]
+            elif draft is not None:
+                ids = [m.id for m in draft.messages]
+                draft.messages = draft.messages[:ids.index(message.id)]
+
+    def _save_question(self, text: str, settings: dict[str, object]) -> tuple[int, str | None]:
+        """Store the user's message, or hold it in memory if the disk refuses it."""
+        with self._lock:
             model = self.model.name if self.model else ""
-            conversation = self.store.create_conversation(default_title(first_text), model,
-                                                          settings)
-            self.conversation_id = conversation.id
-        return self.conversation_id
+            if self.conversation_id is None:
+                try:
+                    created = self.store.create_conversation(default_title(text), model,
+                                                             settings)
+                except NotFoundError:
+                    raise
+                except StoreError as err:
+                    self._last_unsaved_id -= 1
+                    self.conversation_id = self._last_unsaved_id
+                    self._drafts.append(_Draft(self.conversation_id, default_title(text),
+                                               model, settings))
+                    self._keep(self.conversation_id, "user", text)
+                    return self.conversation_id, str(err)
+                self.conversation_id = created.id
+            conversation_id = self.conversation_id
+            if self._draft(conversation_id) is None:  # never write past unsaved messages
+                try:
+                    self.store.add_message(conversation_id, "user", text)
+                except NotFoundError:
+                    raise
+                except StoreError as err:
+                    self._keep(conversation_id, "user", text)
+                    return conversation_id, str(err)
+                return conversation_id, None
+            self._keep(conversation_id, "user", text)
+            error = self.save_unsaved()
+            return self._saved_as.get(conversation_id, conversation_id), error
 
     def conversation(self) -> Conversation | None:
-        if self.conversation_id is None:
+        """The open conversation, if it is saved."""
+        if self.conversation_id is None or self.conversation_id < 0:
             return None
         return self.store.get_conversation(self.conversation_id)
 
@@ -149,28 +297,40 @@ class ChatService:
 
     def send(self, text: str, sampling: Sampling, system_prompt: str = "",
              on_piece: Callable[[str], None] | None = None) -> ChatTurn:
-        """Store ``text`` as the user's message and stream the model's reply."""
-        conversation_id = self._ensure_conversation(text, {"system_prompt": system_prompt})
-        self.store.add_message(conversation_id, "user", text)
-        return self._reply(conversation_id, sampling, system_prompt, on_piece)
+        """Store ``text`` as the user's message and stream the model's reply.
+
+        A disk that refuses to save never stops the reply: what it refused is held in
+        memory (``unsaved``), the result says why, and the next save writes it.
+        """
+        self.save_unsaved()
+        conversation_id, error = self._save_question(text, {"system_prompt": system_prompt})
+        return self._reply(conversation_id, sampling, system_prompt, on_piece, error)
 
     def regenerate(self, sampling: Sampling, system_prompt: str = "",
                    on_piece: Callable[[str], None] | None = None) -> ChatTurn:
         """Replace the last reply with a new one."""
         conversation_id = self._require_conversation()
-        history = self.store.messages(conversation_id)
+        self.save_unsaved()
+        history = self._history(conversation_id)
         if history and history[-1].role == "assistant":
-            self.store.delete_messages_from(history[-1].id)
-        return self._reply(conversation_id, sampling, system_prompt, on_piece)
+            self._forget_from(conversation_id, history[-1])
+        return self._reply(conversation_id, sampling, system_prompt, on_piece,
+                           self._draft_error(conversation_id))
 
     def edit_last(self, text: str, sampling: Sampling, system_prompt: str = "",
                   on_piece: Callable[[str], None] | None = None) -> ChatTurn:
         """Replace the last user message (and its reply) and send it again."""
         conversation_id = self._require_conversation()
-        users = [m for m in self.store.messages(conversation_id) if m.role == "user"]
+        self.save_unsaved()
+        users = [m for m in self._history(conversation_id) if m.role == "user"]
         if users:
-            self.store.delete_messages_from(users[-1].id)
+            self._forget_from(conversation_id, users[-1])
         return self.send(text, sampling, system_prompt, on_piece)
+
+    def _draft_error(self, conversation_id: int) -> str | None:
+        if self._draft(conversation_id) is None:
+            return None
+        return self.save_unsaved()
 
     def _require_conversation(self) -> int:
         if self.conversation_id is None:
@@ -178,11 +338,18 @@ class ChatService:
         return self.conversation_id
 
     def _reply(self, conversation_id: int, sampling: Sampling, system_prompt: str,
-               on_piece: Callable[[str], None] | None) -> ChatTurn:
-        history = self.store.messages(conversation_id)
+               on_piece: Callable[[str], None] | None, save_error: str | None) -> ChatTurn:
+        history = self._history(conversation_id)
         min_dropped = _last_dropped(history, self.model)
-        reply_row = self.store.begin_reply(conversation_id)
-        saver = _ReplySaver(self.store, reply_row.id)
+        row_id: int | None = None
+        if self._draft(conversation_id) is None:  # never write past unsaved messages
+            try:
+                row_id = self.store.begin_reply(conversation_id).id
+            except NotFoundError:
+                raise
+            except StoreError as err:
+                save_error = str(err)
+        saver = _ReplySaver(self.store, row_id)
 
         def build(session: Session) -> PromptPlan:
             reserve = min(sampling.max_tokens, session.n_ctx // 4)
@@ -204,7 +371,15 @@ class ChatService:
                 turn.future.set_exception(exc)
                 return
             saved = saver.finish(reply)
-            turn.future.set_result(ChatResult(conversation_id, reply_row.id, reply, saved))
+            message_id = row_id
+            if not saved:
+                message_id = self._keep(conversation_id, "assistant", reply.text,
+                                        asdict(reply.stats), row_id)
+            error = None if saved else saver.error or save_error or "The reply was not saved."
+            with self._lock:
+                saved_id = self._saved_as.get(conversation_id, conversation_id)
+            assert message_id is not None
+            turn.future.set_result(ChatResult(saved_id, message_id, reply, saved, error))
 
         handle.future.add_done_callback(finished)
         return turn
@@ -224,7 +399,7 @@ def _last_dropped(history: Sequence[Message], model: LoadedModel | None) -> int:
 class _ReplySaver:
     """Saves a streaming reply as it grows; a full disk never interrupts the reply."""
 
-    def __init__(self, store: Store, message_id: int) -> None:
+    def __init__(self, store: Store, message_id: int | None) -> None:
         self._store = store
         self._message_id = message_id
         self._parts: list[str] = []
@@ -239,23 +414,29 @@ class _ReplySaver:
                 return
             self._last_save = time.monotonic()
             current = "".join(self._parts)
-        self._try(lambda: self._store.update_reply(self._message_id, current))
+        self._try(lambda: self._store.update_reply(self._row(), current))
 
     def finish(self, reply: Reply) -> bool:
         stats = asdict(reply.stats)
-        return self._try(lambda: self._store.finish_reply(self._message_id, reply.text, stats))
+        return self._try(lambda: self._store.finish_reply(self._row(), reply.text, stats))
 
     def abandon(self) -> None:
         """The reply failed before any text: remove its empty row."""
         with self._lock:
             text = "".join(self._parts)
         if text:
-            self._try(lambda: self._store.finish_reply(self._message_id, text,
-                                                       {"stopped": True}))
+            self._try(lambda: self._store.finish_reply(self._row(), text, {"stopped": True}))
         else:
-            self._try(lambda: self._store.delete_messages_from(self._message_id))
+            self._try(lambda: self._store.delete_messages_from(self._row()))
+
+    def _row(self) -> int:
+        if self._message_id is None:
+            raise StoreError("The reply is held in memory until earlier messages are saved.")
+        return self._message_id
 
     def _try(self, write: Callable[[], object]) -> bool:
+        if self._message_id is None:
+            return False
         try:
             write()
         except StoreError as err:

@@ -123,7 +123,9 @@ def safe_filename(title: str, suffix: str) -> str:
 
 def _filename_char(ch: str) -> str:
     category = unicodedata.category(ch)
-    if category in ("Cf", "Cs"):  # invisible (bidi overrides can disguise a suffix)
+    # Invisible (bidi overrides can disguise a suffix), or unassigned here and possibly
+    # invisible in a newer Unicode.
+    if category in ("Cf", "Cs", "Cn", "Co"):
         return ""
     if ch in _NOT_IN_NAMES or category in ("Cc", "Zl", "Zp"):
         return " "

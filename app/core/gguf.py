@@ -1,11 +1,14 @@
 """Reads the header of a GGUF model file: metadata, tensor list, where the weights start.
 
 It is fast because large arrays (a 262k-token vocabulary) are skipped, not decoded:
-only their element type and length are kept. Every length is checked against the
-bytes left in the file before anything is read, so a damaged or hostile header is
-refused with `GGUFError` instead of exhausting memory. The file is read in chunks,
-not memory-mapped: a file truncated by a download in progress must not crash the
-app with SIGBUS.
+only their element type and length are kept. The model list goes further and does not
+even walk a vocabulary's strings (`read_header(path, exact=False)`): it finds the key
+that follows and accepts that only if the whole header then fits the file exactly.
+Every length is checked against the bytes left in the file before anything is read,
+and counts and sizes no real model has (2^40-token contexts, a billion layers) are
+refused, so a damaged or hostile header gives `GGUFError` instead of exhausting memory.
+The file is read in chunks, not memory-mapped: a file truncated by a download in
+progress must not crash the app with SIGBUS.
 """
 
 from __future__ import annotations
@@ -26,7 +29,28 @@ DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4  # GGML_MAX_DIMS: llama.cpp refuses tensors with more
 SMALL_ARRAY = 64  # arrays up to this length keep their values
 MAX_TEXT = 16 << 20  # a single decoded string; real chat templates are < 100 KB
-_CHUNK = 1 << 20
+_CHUNK = 64 << 10
+
+# Limits on what a header may claim, far above any real model (largest vocabulary 262k,
+# merges ~1M, tensors a few thousand) and checked before any loop runs over the claim.
+MAX_KV = 1 << 16
+MAX_TENSORS = 1 << 20
+MAX_ARRAY = 1 << 28
+MAX_ELEMENTS = (1 << 63) - 1  # ggml counts elements in an int64
+# Hyperparameters llama.cpp would size buffers (or fixed arrays) from.
+MAX_CONTEXT = 1 << 26  # the longest trained contexts are ~10M tokens
+MAX_LAYERS = 512  # LLAMA_MAX_LAYERS: llama.cpp aborts beyond it
+MAX_EXPERTS = 512  # LLAMA_MAX_EXPERTS
+MAX_WIDTH = 1 << 20  # embedding, feed-forward, head size
+MAX_HEADS = 1 << 14
+
+# The fast reader skips a string array larger than this by finding what follows it.
+_GUESS_MIN = SMALL_ARRAY
+_SEARCH_CHUNK = 256 << 10
+_MAX_TRIES = 64
+# What a metadata key or the first tensor name after a tokenizer array starts with.
+_NEXT_PREFIXES = (b"tokenizer.", b"general.", b"split.", b"token_embd.", b"blk.", b"output.",
+                  b"output_norm.")
 
 
 class GGUFError(Exception):
@@ -350,7 +374,7 @@ def format_size_label(count: int) -> str:
 # Headers are immutable: re-reading an unchanged file (same inode, size and mtime) is
 # skipped, so checking a model again on every switch costs one stat().
 _CACHE_SIZE = 64
-_cache: dict[Path, tuple[tuple[int, int, int, int], GGUFHeader]] = {}
+_cache: dict[Path, tuple[tuple[int, int, int, int], GGUFHeader, bool]] = {}
 _cache_lock = threading.Lock()
 
 
@@ -360,8 +384,14 @@ def clear_cache() -> None:
         _cache.clear()
 
 
-def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
-    """Read the metadata and tensor list of a GGUF v2/v3 file; GGUFError if unusable."""
+def read_header(path: str | os.PathLike[str], exact: bool = True) -> GGUFHeader:
+    """Read the metadata and tensor list of a GGUF v2/v3 file; GGUFError if unusable.
+
+    With ``exact=False`` large string arrays (vocabulary, merges) are skipped by finding
+    the key that follows them instead of walking every string; the result is accepted
+    only if the rest of the header and the tensor table then fit the file exactly, and
+    is otherwise read again the exact way. Either way the result is the same header.
+    """
     path = Path(path)
     if "\0" in str(path):
         raise GGUFError("invalid file name", path)
@@ -376,14 +406,14 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         signature = (info.st_dev, info.st_ino, info.st_size, info.st_mtime_ns)
         with _cache_lock:
             cached = _cache.get(path)
-        if cached is not None and cached[0] == signature:
+        if cached is not None and cached[0] == signature and (cached[2] or not exact):
             return cached[1]
         with path.open("rb") as file:
-            header = _Parser(file, os.fstat(file.fileno()).st_size).parse(path)
+            header, was_exact = _parse(file, os.fstat(file.fileno()).st_size, path, exact)
         with _cache_lock:
             if len(_cache) >= _CACHE_SIZE:
                 _cache.pop(next(iter(_cache)))
-            _cache[path] = (signature, header)
+            _cache[path] = (signature, header, was_exact)
         return header
     except GGUFError as error:
         error.path = path
@@ -396,6 +426,47 @@ def read_header(path: str | os.PathLike[str]) -> GGUFHeader:
         raise GGUFError(f"cannot be read: {error.strerror or error}", path) from None
 
 
+def _parse(file: BinaryIO, size: int, path: Path, exact: bool) -> tuple[GGUFHeader, bool]:
+    """The header, and whether it was read the exact way."""
+    if not exact:
+        parser = _Parser(file, size, exact=False)
+        try:
+            header = parser.parse(path)
+        except GGUFError:
+            if not parser.guessed:
+                raise  # the exact reader fails at the same place
+        else:
+            if not parser.guessed or _fits_exactly(file, header):
+                return header, not parser.guessed
+    return _Parser(file, size).parse(path), True
+
+
+def _fits_exactly(file: BinaryIO, header: GGUFHeader) -> bool:
+    """Whether a header read with skipped arrays describes the file byte for byte.
+
+    A wrong guess of where an array ends leaves the rest of the header parsed from the
+    wrong bytes; that the tensors then tile the data section, aligned, without overlap,
+    ending where the file ends (give or take the final padding), and that the padding
+    before the data is zeros, does not happen by accident.
+    """
+    alignment, end = header.alignment, 0
+    for tensor in sorted(header.tensors, key=lambda t: t.offset):
+        nbytes = tensor.nbytes
+        if nbytes is None or tensor.offset % alignment or tensor.offset < end:
+            return False
+        end = tensor.offset + nbytes
+    tensors_end = header.tensor_info_span[1]
+    if header.tensors:
+        data_end = header.data_offset + end
+        if not data_end <= header.file_size < data_end + alignment:
+            return False
+    elif not tensors_end <= header.file_size <= header.data_offset:
+        return False
+    file.seek(tensors_end)
+    padding = file.read(header.data_offset - tensors_end)
+    return padding == bytes(len(padding))
+
+
 def _truncated(what: str) -> GGUFError:
     return GGUFError(f"file is truncated or damaged: {what} runs past the end of the file")
 
@@ -403,17 +474,21 @@ def _truncated(what: str) -> GGUFError:
 class _Parser:
     """A cursor over the file that loads a window of bytes at a time."""
 
-    def __init__(self, file: BinaryIO, size: int) -> None:
+    def __init__(self, file: BinaryIO, size: int, exact: bool = True) -> None:
         self._file = file
         self._size = size
         self._buf = b""
         self._base = 0  # file offset of _buf[0]
         self.pos = 0
+        self._exact = exact
+        self.guessed = False  # an array's end was found by search, not by walking it
+        self._keys: dict[str, MetaValue] = {}  # metadata read so far
+        self._kv_left = 0  # entries after the one being read
 
     def _window(self, n: int, what: str) -> int:
         """Make bytes [pos, pos + n) readable; return their index in the buffer."""
         start = self.pos - self._base
-        if start + n <= len(self._buf):
+        if start >= 0 and start + n <= len(self._buf):
             return start
         self._need(n, what)
         self._file.seek(self.pos)
@@ -474,17 +549,87 @@ class _Parser:
             self.pos = base + at
         self._need(0, what)
 
+    def _find_end(self, count: int) -> int | None:
+        """Where a string array starting at pos probably ends: the first place after it
+        that reads as the next key (or the first tensor), or None.
+
+        Searches for likely key prefixes, the likeliest first, preceded by the seven
+        zero bytes of a short key's length: bytes.find runs at memory speed, walking
+        a 262k-token vocabulary in Python does not.
+        """
+        lower = self.pos + 8 * count  # each string has at least its 8-byte length
+        limit = min(self._size, lower + count * 256 + _SEARCH_CHUNK)
+        arch = self._keys.get("general.architecture")
+        prefixes = _NEXT_PREFIXES + ((arch.encode() + b".",) if isinstance(arch, str) else ())
+        zeros = bytes(7)
+        for prefix in prefixes:
+            tries = 0
+            start = lower - 8
+            while start < limit and tries < _MAX_TRIES:
+                self._file.seek(start)
+                chunk = self._file.read(min(_SEARCH_CHUNK, limit - start) + len(prefix) + 8)
+                at = chunk.find(prefix, 8)
+                while at >= 0 and tries < _MAX_TRIES:
+                    if chunk[at - 7 : at] == zeros and self._follows(start + at - 8):
+                        return start + at - 8
+                    tries += 1
+                    at = chunk.find(prefix, at + 1)
+                start += _SEARCH_CHUNK
+        return None
+
+    def _follows(self, at: int, kv_left: int | None = None, depth: int = 2) -> bool:
+        """Whether a metadata entry (or, after the last, a tensor) plausibly starts at
+        `at`, and so does the item after it (`depth` items are looked at)."""
+        kv_left = self._kv_left if kv_left is None else kv_left
+        saved = self.pos
+        self.pos = at
+        try:
+            name = self._string("name")
+            if "." not in name or not name.isascii() or not name.isprintable():
+                return False
+            if kv_left == 0:  # the tensor table
+                n_dims = self._u32("dims")
+                if not 1 <= n_dims <= MAX_DIMS:
+                    return False
+                self.pos += 8 * n_dims
+                return self._u32("type") in GGML_TYPES
+            if name in self._keys:
+                return False
+            vtype = self._u32("type")
+            if vtype == ValueType.ARRAY:
+                etype, length = self._u32("type"), self._u64("length")
+                if etype == ValueType.STRING:  # cannot be stepped over cheaply
+                    return length <= MAX_ARRAY and 8 * length <= self._size - self.pos
+                self.pos += _STRUCTS[etype].size * length
+            elif vtype == ValueType.STRING:
+                self.pos += self._u64("length")
+            else:
+                self.pos += _STRUCTS[vtype].size
+            if self.pos > self._size:
+                return False
+            return depth <= 1 or self._follows(self.pos, kv_left - 1, depth - 1)
+        except (GGUFError, KeyError):
+            return False
+        finally:
+            self.pos = saved
+
     def _array(self, key: str) -> ArrayInfo:
         what = f"array {key!r}"
         etype = self._u32(what)
         length = self._u64(what)
+        if length > MAX_ARRAY:
+            raise GGUFError(f"damaged header: array {key!r} claims {length:,} elements")
         if etype == ValueType.STRING:
             self._need(length * 8, what)  # each element has at least its 8-byte length
             if length <= SMALL_ARRAY:
                 return ArrayInfo(
                     ValueType.STRING, length, [self._string(what) for _ in range(length)]
                 )
-            self._skip_strings(length, what)
+            end = None if self._exact or length <= _GUESS_MIN else self._find_end(length)
+            if end is None:
+                self._skip_strings(length, what)
+            else:
+                self.pos, self.guessed = end, True
             return ArrayInfo(ValueType.STRING, length)
         code = _SCALARS.get(etype)
         if code is None:
@@ -525,6 +670,10 @@ class _Parser:
                 raise GGUFError("GGUF version 1 is too old; convert the model again")
             raise GGUFError(f"unsupported GGUF version {version}")
         self.pos = 24
+        if n_kv > MAX_KV or n_tensors > MAX_TENSORS:
+            raise GGUFError(
+                f"damaged header: it claims {n_kv:,} metadata entries and {n_tensors:,} tensors"
+            )
         # Smallest possible entries: key length + type + 1-byte value; name length +
         # n_dims + type + offset. Refuse counts the file cannot hold before looping.
         self._need(
@@ -536,9 +685,10 @@ class _Parser:
     def parse(self, path: Path) -> GGUFHeader:
         version, n_tensors, n_kv = self._preamble()
 
-        metadata: dict[str, MetaValue] = {}
+        metadata: dict[str, MetaValue] = self._keys
         spans: dict[str, tuple[int, int]] = {}
-        for _ in range(n_kv):
+        for index in range(n_kv):
+            self._kv_left = n_kv - index - 1
             start = self.pos
             key = self._string("metadata key")
             if key in metadata:
@@ -570,9 +720,12 @@ class _Parser:
             self.pos += 8 * n_dims + 12
             if name in names:
                 raise GGUFError(f"damaged header: tensor {name!r} appears twice")
+            if math.prod(shape) > MAX_ELEMENTS:
+                raise GGUFError(f"damaged header: tensor {name!r} has too many elements")
             names.add(name)
             tensors.append(TensorInfo(name, tuple(shape), ggml_type, offset))
         tensors_end = self.pos
+        _check_hyperparameters(metadata)
 
         data_offset = -(-tensors_end // alignment) * alignment
         data_end = max((t.offset + (t.nbytes or 0) for t in tensors), default=0)
@@ -592,3 +745,30 @@ class _Parser:
             kv_spans=spans,
             tensor_info_span=(tensors_start, tensors_end),
         )
+
+
+def _check_hyperparameters(metadata: dict[str, MetaValue]) -> None:
+    """Refuse sizes that would make llama.cpp allocate absurdly (or abort) on load."""
+    arch = metadata.get("general.architecture")
+    if not isinstance(arch, str):
+        return
+    limits = [
+        ("context_length", MAX_CONTEXT, "a context of {:,} tokens"),
+        ("block_count", MAX_LAYERS, "{:,} layers"),
+        ("expert_count", MAX_EXPERTS, "{:,} experts"),
+        ("embedding_length", MAX_WIDTH, "an embedding of {:,} values"),
+        ("feed_forward_length", MAX_WIDTH, "a feed-forward width of {:,}"),
+        ("attention.key_length", MAX_WIDTH, "attention keys of {:,} values"),
+        ("attention.value_length", MAX_WIDTH, "attention values of {:,} values"),
+        ("attention.head_count", MAX_HEADS, "{:,} attention heads"),
+        ("attention.head_count_kv", MAX_HEADS, "{:,} key-value heads"),
+        ("attention.sliding_window", MAX_CONTEXT, "a sliding window of {:,} tokens"),
+    ]
+    for suffix, limit, claim in limits:
+        value = metadata.get(f"{arch}.{suffix}")
+        values = (value.values or []) if isinstance(value, ArrayInfo) else [value]
+        for number in values:
+            if isinstance(number, (int, float)) and not isinstance(number, bool) and (
+                number > limit or number < 0
+            ):
+                raise GGUFError(f"damaged header: it claims {claim.format(number)}")

@@ -8,6 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+DEFAULT_MAX_CONTEXT = 8192  # longer contexts cost memory most chats never use
+
+
+def default_context(trained: int | None) -> int:
+    """The context a model loads with when none is chosen: its trained one, capped."""
+    return min(trained or DEFAULT_MAX_CONTEXT, DEFAULT_MAX_CONTEXT)
+
 
 @dataclass(frozen=True)
 class LoadOptions:

@@ -1,7 +1,7 @@
 """Where Fireside keeps its files.
 
 Every location comes from here so that tests and scripts can isolate a run with
-FIRESIDE_DATA_DIR / FIRESIDE_CONFIG_DIR.
+FIRESIDE_DATA_DIR / FIRESIDE_CONFIG_DIR / FIRESIDE_CACHE_DIR.
 """
 
 from __future__ import annotations
@@ -29,6 +29,11 @@ def data_dir() -> Path:
 def config_dir() -> Path:
     """settings.json."""
     return _dir("FIRESIDE_CONFIG_DIR", platformdirs.user_config_dir(APP_NAME, appauthor=False))
+
+
+def cache_dir() -> Path:
+    """Things Fireside can rebuild at any time (model metadata read from headers)."""
+    return _dir("FIRESIDE_CACHE_DIR", platformdirs.user_cache_dir(APP_NAME, appauthor=False))
 
 
 def models_dir() -> Path:

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,10 @@ logger = logging.getLogger(__name__)
 
 
 _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
+
+# What a model can have of its own (stored only when it differs from the defaults).
+MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
+                *(f.name for f in dataclasses.fields(Sampling)))
 
 
 @dataclass
@@ -39,12 +44,88 @@ class Settings:
     threads: int | None = None  # None: one per physical core
     theme: str = "system"  # "system" | "light" | "dark"
     open_conversation: int | None = None
+    disabled_sources: list[str] = field(default_factory=list)  # keys of sources.KEYS
+    # Per model file, by its path: {"file": name, "size": bytes, <MODEL_FIELDS it sets>}.
+    model_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
 
-    def sampling(self) -> Sampling:
-        return Sampling(**{f.name: getattr(self, f.name) for f in dataclasses.fields(Sampling)})
+    def sampling(self, model: Path | str | None = None) -> Sampling:
+        """The sampling for replies, with the model's own settings if it has any."""
+        own = self.model_overrides(model)
+        return Sampling(**{f.name: own.get(f.name, getattr(self, f.name))
+                           for f in dataclasses.fields(Sampling)})
 
-    def load_options(self) -> LoadOptions:
-        return LoadOptions(n_ctx=self.context_size, n_threads=self.threads)
+    def load_options(self, model: Path | str | None = None) -> LoadOptions:
+        own = self.model_overrides(model)
+        return LoadOptions(n_ctx=own.get("context_size", self.context_size),
+                           n_threads=own.get("threads", self.threads),
+                           template_override=own.get("template_override"))
+
+    def system_prompt_for(self, model: Path | str | None = None) -> str:
+        return str(self.model_overrides(model).get("system_prompt", self.system_prompt))
+
+    # Per-model settings ----------------------------------------------------------------
+    # Keyed by the file's path. A file that was renamed or moved keeps its settings:
+    # a record whose file is gone and whose size matches (and, when several do, whose
+    # name matches) is taken over by the new path on the next change.
+
+    def model_overrides(self, model: Path | str | None) -> dict[str, Any]:
+        """The settings this model file has of its own (only those it sets)."""
+        key = self._model_key(model)
+        record = self.model_settings.get(key) if key else None
+        if record is None and key:
+            record = self.model_settings.get(self._moved_from(Path(key)) or "")
+        return {k: v for k, v in (record or {}).items() if k in MODEL_FIELDS}
+
+    def set_model_value(self, model: Path | str, name: str, value: Any) -> None:
+        """Give the model its own value for one of MODEL_FIELDS."""
+        if name not in MODEL_FIELDS:
+            raise KeyError(name)
+        key = self._model_key(model)
+        record = self._record(Path(key))
+        record[name] = value
+
+    def clear_model(self, model: Path | str, name: str | None = None) -> None:
+        """Back to the defaults: for one setting, or (name None) for all of them."""
+        key = self._model_key(model)
+        if key not in self.model_settings:
+            key = self._moved_from(Path(key)) or ""
+        record = self.model_settings.get(key)
+        if record is None:
+            return
+        if name is not None:
+            record.pop(name, None)
+        if name is None or not any(k in MODEL_FIELDS for k in record):
+            del self.model_settings[key]
+
+    @staticmethod
+    def _model_key(model: Path | str | None) -> str:
+        return os.path.abspath(os.fspath(model)) if model else ""
+
+    def _record(self, path: Path) -> dict[str, Any]:
+        key = str(path)
+        old = self._moved_from(path) if key not in self.model_settings else None
+        record = self.model_settings.pop(old) if old else self.model_settings.get(key, {})
+        record.update(file=path.name, size=_size(path))
+        self.model_settings[key] = record
+        return record
+
+    def _moved_from(self, path: Path) -> str | None:
+        """The key of a record left by this file under another name, if it is clear which."""
+        size = _size(path)
+        if not size:
+            return None
+        gone = [k for k, r in self.model_settings.items()
+                if r.get("size") == size and not os.path.exists(k)]
+        same_name = [k for k in gone if self.model_settings[k].get("file") == path.name]
+        choice = same_name or gone
+        return choice[0] if len(choice) == 1 else None
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except (OSError, ValueError):
+        return 0
 
 
 @dataclass
@@ -57,6 +138,8 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
     """Keep a stored value only if it has the type the field expects."""
     if value is None:
         return None if "None" in annotation else default
+    if annotation.startswith("dict"):
+        return _model_records(value) if isinstance(value, dict) else default
     if "list" in annotation:
         return [str(v) for v in value] if isinstance(value, list) else default
     if "float" in annotation:
@@ -69,6 +152,33 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
     return default
 
 
+_FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Settings)} | {
+    "template_override": "str | None"}
+
+
+def _model_records(value: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per-model settings as stored, less anything of the wrong type."""
+    records: dict[str, dict[str, Any]] = {}
+    for key, stored in value.items():
+        if not isinstance(key, str) or not isinstance(stored, dict):
+            continue
+        record: dict[str, Any] = {}
+        for name in MODEL_FIELDS:
+            if name in stored:
+                kept = _coerce(stored[name], _MISSING, _FIELD_TYPES[name])
+                if kept is not _MISSING:
+                    record[name] = kept
+        if record:
+            record["file"] = str(stored.get("file") or Path(key).name)
+            size = stored.get("size")
+            record["size"] = size if isinstance(size, int) and not isinstance(size, bool) else 0
+            records[key] = record
+    return records
+
+
+_MISSING = object()
+
+
 def load(path: Path | None = None) -> LoadedSettings:
     path = path or paths.settings_path()
     defaults = Settings()
@@ -79,17 +189,31 @@ def load(path: Path | None = None) -> LoadedSettings:
         if not isinstance(raw, dict):
             raise ValueError("not a JSON object")
     except (OSError, ValueError) as err:
-        kept = path.with_name(f"{path.stem}.broken-{time.strftime('%Y%m%d-%H%M%S')}{path.suffix}")
-        with contextlib.suppress(OSError):
-            path.replace(kept)
         logger.warning("unreadable settings file %s: %s", path, err)
-        return LoadedSettings(defaults, f"Your settings file could not be read ({err}); "
-                                        f"defaults are in use. The old file is kept as {kept}.")
+        problem = f"Your settings file could not be read ({err}); defaults are in use."
+        try:
+            kept = _set_aside(path)
+        except OSError as move_err:
+            return LoadedSettings(defaults, f"{problem} It could not be set aside "
+                                            f"({move_err.strerror or move_err}): {path}")
+        return LoadedSettings(defaults, f"{problem} The old file is kept as {kept}.")
     values = {}
     for f in dataclasses.fields(Settings):
         default = getattr(defaults, f.name)
         values[f.name] = _coerce(raw.get(f.name, default), default, str(f.type))
     return LoadedSettings(Settings(**values))
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename an unreadable settings file to a free ``.broken-<time>`` name; never delete."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = path.with_name(f"{path.stem}.broken-{stamp}{path.suffix}")
+    n = 1
+    while kept.exists():  # a second damaged file in the same second keeps the first
+        n += 1
+        kept = path.with_name(f"{path.stem}.broken-{stamp}-{n}{path.suffix}")
+    path.rename(kept)
+    return kept
 
 
 def save(settings: Settings, path: Path | None = None) -> None:

@@ -176,6 +176,9 @@ class Store:
             raise
         self._last_time = float(latest or 0.0)
         self._db: sqlite3.Connection | None = db
+        # Set by open_store() when a damaged file was set aside: a message for the user.
+        self.notice: str | None = None
+        self.set_aside: Path | None = None
 
     def close(self) -> None:
         with self._lock:
@@ -391,6 +394,43 @@ class Store:
 
 # Opening ----------------------------------------------------------------------------
 
+def open_store(path: Path | str | None = None, **options: Any) -> Store:
+    """Open the database; a damaged one is set aside, never deleted, and a new one begun.
+
+    The returned store's ``notice`` then tells the user where the old file is kept.
+    Any other problem (a full disk, a newer format, a lock) is raised as it is.
+    """
+    try:
+        return Store(path, **options)
+    except CorruptDatabaseError as err:
+        kept = _set_aside(err.path)
+    store = Store(path, **options)
+    store.set_aside = kept
+    store.notice = (f"The conversation database was damaged and could not be read. It is "
+                    f"kept as {kept}; a new one was started.")
+    return store
+
+
+def _set_aside(path: Path) -> Path:
+    """Rename ``path`` (with its journal files) to a free ``<name>.corrupt-<time>`` name."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    kept = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while kept.exists():  # never overwrite an earlier damaged copy
+        n += 1
+        kept = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+    try:
+        path.rename(kept)
+        for ending in ("-wal", "-shm"):
+            journal = path.with_name(path.name + ending)
+            if journal.exists():
+                journal.rename(kept.with_name(kept.name + ending))
+    except OSError as exc:
+        raise StoreError(f"The conversation database {path} is damaged and could not be set "
+                         f"aside: {exc.strerror or exc}") from exc
+    return kept
+
+
 def _prepare(db: sqlite3.Connection, path: Path, search_index: bool) -> bool:
     """Check, migrate and configure a fresh connection; returns whether search is indexed."""
     # Nothing may write before the version check: a newer database stays untouched
@@ -537,6 +577,8 @@ def _store_error(action: str, exc: sqlite3.Error, path: Path) -> StoreError:
             " database", path)
     if code == sqlite3.SQLITE_CONSTRAINT_FOREIGNKEY:
         return NotFoundError(f"Could not {action}: the conversation no longer exists")
+    if code == sqlite3.SQLITE_IOERR_SHMSIZE:  # no room for the shared-memory file
+        return StoreError(f"Could not {action}: the disk is full")
     return StoreError(f"Could not {action}: {_REASONS.get(code & 0xFF, str(exc))}")
 
 

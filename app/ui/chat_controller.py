@@ -22,12 +22,14 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.core import catalog
+from app.core import catalog, sources
 from app.core.chat import ChatResult, ChatService, ChatTurn
 from app.core.engine import Engine, EngineError, LoadCancelled, LoadedModel, NoModelLoaded
 from app.core.models import choose_model
+from app.core.options import Sampling
 from app.core.settings import Settings
-from app.core.store import Conversation, Message, Store, StoreError
+from app.core.store import Conversation, Message, Store, StoreError, open_store
+from app.core.watch import Watcher
 from app.ui import event_loop, messages
 from app.ui.bridge import PieceStream, ProgressRelay
 from app.ui.desktop import open_models_folder
@@ -46,6 +48,10 @@ class ChatController(QObject):
     """The conversations are open and the models are listed (a model may still load)."""
     catalog_changed = Signal(list)
     """The models found on disk changed (a list of ModelEntry)."""
+    sources_found = Signal(list)
+    """Other apps' model stores were looked for (a list of sources.Source, found or not)."""
+    _library_changed = Signal()
+    """Model files appeared, went or changed (emitted from the watcher's thread)."""
     model_load_started = Signal(object, str)
     """A model (Path, name) began loading."""
     model_load_progressed = Signal(float)
@@ -88,7 +94,12 @@ class ChatController(QObject):
         self.store: Store | None = None
         self.chat: ChatService | None = None
         self.entries: list[catalog.ModelEntry] = []
+        self.sources: list[sources.Source] = []
         self.loading = False
+        # What the watcher looks at, replaced whole (never mutated) when it changes.
+        self._library: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
+        self._watcher = Watcher(self._watch_list, self._library_changed.emit)
+        self._library_changed.connect(self._on_library_changed)
         self._lock = asyncio.Lock()
         self._turn: ChatTurn | None = None
         self._stream_task: asyncio.Task[None] | None = None
@@ -119,6 +130,11 @@ class ChatController(QObject):
     @property
     def streaming(self) -> bool:
         return self._turn is not None
+
+    @property
+    def busy(self) -> bool:
+        """An action is under way: a load, a reply, or a change of conversation."""
+        return bool(self._tasks) or self.loading or self.streaming
 
     def conversations(self, query: str = "") -> list[Conversation]:
         if self.store is None:
@@ -167,11 +183,12 @@ class ChatController(QObject):
         return self._spawn(self._rescan())
 
     def send(self, text: str) -> asyncio.Task[None]:
-        return self._spawn(self._send(text, edit=False))
+        return self._spawn(self._send(text))
 
-    def edit_last(self, text: str) -> asyncio.Task[None]:
-        """Replace the last user message (and its reply) with ``text`` and send it."""
-        return self._spawn(self._send(text, edit=True))
+    def edit_last(self, text: str, conversation_id: int | None) -> asyncio.Task[None]:
+        """Replace the last user message (and its reply) of the conversation with ``text``
+        and send it; if another conversation is open by then, send ``text`` there instead."""
+        return self._spawn(self._send(text, edit=True, conversation_id=conversation_id))
 
     def regenerate(self) -> asyncio.Task[None]:
         return self._spawn(self._regenerate())
@@ -212,6 +229,7 @@ class ChatController(QObject):
     async def shutdown(self) -> None:
         """Stop the reply (its text so far is saved), close the model and the database."""
         self._closed = True
+        self._watcher.stop()
         self.stop()
         self.engine.cancel_load()
         task = self._stream_task
@@ -225,6 +243,10 @@ class ChatController(QObject):
             task.cancel()  # a load or clear that can no longer finish
         if pending:
             await asyncio.wait(pending)
+        if self.chat is not None and self.chat.unsaved:
+            error = self.chat.save_unsaved()  # the disk may have room again
+            if error:
+                logger.warning("messages not saved at exit: %s", error)
         if self.store is not None:
             try:
                 self.store.purge_deleted()  # deleted means deleted once the window closes
@@ -254,6 +276,8 @@ class ChatController(QObject):
         if wanted is not None and self.store.get_conversation(wanted) is not None:
             await self._open(wanted)
         await self._rescan()
+        if not self._closed:
+            self._watcher.start()  # from now on the picker follows the folders by itself
         path = self._startup_model()
         if path is None:
             messages.warning("No model found yet. Put .gguf files in the models folder.",
@@ -281,9 +305,31 @@ class ChatController(QObject):
     async def _rescan(self) -> None:
         folders = catalog.default_folders([Path(p) for p in self.prefs.model_folders],
                                           self._models_dirs)
+        self._library = (tuple(folders), frozenset(self.prefs.disabled_sources))
         loop = asyncio.get_running_loop()
-        self.entries = await loop.run_in_executor(self._background, catalog.scan, folders)
-        self.catalog_changed.emit(list(self.entries))
+        entries, found = await loop.run_in_executor(self._background, _find_models,
+                                                    *self._library)
+        if self._closed:
+            return
+        if found != self.sources:
+            self.sources = found
+            self.sources_found.emit(list(found))
+        if entries != self.entries:
+            self.entries = entries
+            self.catalog_changed.emit(list(entries))
+
+    def _watch_list(self) -> list[tuple[str, Path]]:
+        folders, disabled = self._library  # on the watcher's thread: one read, no locks
+        return catalog.watch_list(folders, disabled)
+
+    def _on_library_changed(self) -> None:
+        if not self._closed:
+            self.rescan()
+
+    def _reply_settings(self) -> tuple[Sampling, str]:
+        """Sampling and system prompt for the loaded model (its own, else the defaults)."""
+        model = self.model.path if self.model else None
+        return self.prefs.sampling(model), self.prefs.system_prompt_for(model)
 
     async def _load(self, path: Path) -> None:
         async with self._lock:
@@ -295,7 +341,7 @@ class ChatController(QObject):
             self.model_load_started.emit(path, entry.name if entry else path.stem)
             self._progress.reset()
             try:
-                future = self._chat().load_model(path, self.prefs.load_options(),
+                future = self._chat().load_model(path, self.prefs.load_options(path),
                                                   self._progress.report)
                 loaded = await _wait(future)
             except LoadCancelled as err:
@@ -316,18 +362,20 @@ class ChatController(QObject):
             self._save_settings()
             self.model_loaded.emit(loaded)
 
-    async def _send(self, text: str, edit: bool) -> None:
+    async def _send(self, text: str, edit: bool = False,
+                    conversation_id: int | None = None) -> None:
         async with self._lock:
             if self._closed:
                 return
             await self._settle()
             chat = self._chat()
             before = None
-            if edit and chat.conversation_id is not None:
+            if edit and chat.conversation_id is not None \
+                    and chat.conversation_id == conversation_id:
                 history = self._history()
                 users = [i for i, m in enumerate(history) if m.role == "user"]
                 before = history[:users[-1]] if users else history
-            sampling, prompt = self.prefs.sampling(), self.prefs.system_prompt
+            sampling, prompt = self._reply_settings()
             try:
                 if before is not None:
                     turn = chat.edit_last(text, sampling, prompt, self._pieces.put)
@@ -355,9 +403,9 @@ class ChatController(QObject):
                 return
             while history and history[-1].role == "assistant":
                 history = history[:-1]
+            sampling, prompt = self._reply_settings()
             try:
-                turn = chat.regenerate(self.prefs.sampling(), self.prefs.system_prompt,
-                                       self._pieces.put)
+                turn = chat.regenerate(sampling, prompt, self._pieces.put)
             except (EngineError, StoreError) as err:
                 messages.error(str(err))
                 return
@@ -396,8 +444,9 @@ class ChatController(QObject):
             self._finish_delivery()
             self.reply_finished.emit(result.reply.text, dataclasses.asdict(result.reply.stats))
             if not result.saved:
-                messages.error("The reply could not be saved; it is shown but will be "
-                               "missing next time.")
+                reason = (result.save_error or "The reply could not be saved").rstrip(".")
+                messages.error(f"{reason}. The reply is shown and kept in this window; it "
+                               "is saved as soon as there is room again.")
         finally:
             self._turn = None
             self._showing = False
@@ -504,6 +553,8 @@ class ChatController(QObject):
             return []
 
     def _remember_open(self, conversation_id: int | None) -> None:
+        if conversation_id is not None and conversation_id < 0:
+            return  # not saved yet (the disk is full): nothing to reopen next time
         if self.prefs.open_conversation != conversation_id:
             self.prefs.open_conversation = conversation_id
             self._save_settings()
@@ -529,11 +580,23 @@ async def _wait(future: Future[T]) -> T:
     return await asyncio.wrap_future(future)
 
 
+def _find_models(folders: Sequence[tuple[Path, str]], disabled: frozenset[str]
+                 ) -> tuple[list[catalog.ModelEntry], list[sources.Source]]:
+    """The models in the folders and in the other apps' stores that are switched on."""
+    found = sources.discover()
+    stores = [s for s in found if s.found and s.key not in disabled]
+    return catalog.scan(folders, stores), found
+
+
 def _open_store() -> Store:
-    """The conversation database; if it cannot be opened, a temporary one in memory."""
+    """The conversation database (a damaged one is set aside and a new one begun); if it
+    cannot be opened at all, a temporary one in memory."""
     try:
-        return Store()
+        store = open_store()
     except StoreError as err:
         messages.error(f"{err} Conversations in this window will not be saved.")
         return Store(":memory:")
+    if store.notice:
+        messages.warning(store.notice)
+    return store
 

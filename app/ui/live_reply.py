@@ -16,7 +16,12 @@ from PySide6.QtGui import (
     QTextDocument,
 )
 
-from app.ui.markdown import LINE_HEIGHT, BlockSplitter, Theme, render
+from app.ui.markdown import CODE_DISPLAY_LIMIT, LINE_HEIGHT, BlockSplitter, Theme, render
+
+# The unfinished block is shown up to this many characters: replacing a longer stretch
+# of the document when the block completes would stall the window (a 1 MB code block).
+TAIL_DISPLAY_LIMIT = CODE_DISPLAY_LIMIT
+MORE = "\n…"  # shown after the part of a huge unfinished block that is on screen
 
 
 class LiveReply:
@@ -29,6 +34,7 @@ class LiveReply:
         self._done: list[str] = []  # text of the rendered blocks
         self._tail: list[str] = []  # text after them, shown plain
         self._tail_start = 0  # document position where the plain tail begins
+        self._tail_shown = 0  # characters of the tail written into the document
         self.code_blocks: list[str] = []
         self._plain = QTextCharFormat()
         self._paragraph = QTextBlockFormat()  # the tail, spaced like rendered prose
@@ -48,7 +54,7 @@ class LiveReply:
         complete = self._splitter.feed(text)
         if complete == before:
             self._tail.append(text)
-            self._write_plain(text, self._splitter.in_fence)
+            self._write_tail(text)
             return
         tail = "".join(self._tail) + text
         cut = complete - before
@@ -61,12 +67,12 @@ class LiveReply:
         self._clear()
         self._done, self._tail = [], []
         self.code_blocks.clear()  # the message holds this very list
-        self._tail_start = 0
+        self._tail_start = self._tail_shown = 0
         if done:
             self._render_block(done, tail)
         elif tail:
             self._tail.append(tail)
-            self._write_plain(tail, self._splitter.in_fence)
+            self._write_tail(tail)
 
     def _clear(self) -> None:
         self._doc.clear()
@@ -90,8 +96,18 @@ class LiveReply:
             cursor.setBlockCharFormat(self._plain)
         self._tail_start = cursor.position()
         self._tail = [rest] if rest else []
+        self._tail_shown = 0
         if rest:
-            self._write_plain(rest, self._splitter.in_fence)
+            self._write_tail(rest)
+
+    def _write_tail(self, text: str) -> None:
+        room = TAIL_DISPLAY_LIMIT - self._tail_shown
+        if room <= 0:
+            return
+        shown = text[:room]
+        self._tail_shown += len(text)
+        self._write_plain(shown + (MORE if len(shown) < len(text) else ""),
+                          self._splitter.in_fence)
 
     def _write_plain(self, text: str, in_code: bool) -> None:
         cursor = QTextCursor(self._doc)

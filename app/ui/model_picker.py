@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +18,8 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QComboBox, QSizePolicy, QStyledItemDelegate, QWidget
 
+from app.core import memory
+
 if TYPE_CHECKING:
     from PySide6.QtGui import QPaintEvent
     from PySide6.QtWidgets import QStyleOptionViewItem
@@ -28,6 +30,7 @@ Index = QModelIndex | QPersistentModelIndex
 
 PATH_ROLE = Qt.ItemDataRole.UserRole + 1
 DETAILS_ROLE = Qt.ItemDataRole.UserRole + 2
+SOURCE_ROLE = Qt.ItemDataRole.UserRole + 3  # where the model came from: "LM Studio"...
 
 
 def file_size(size_bytes: int) -> str:
@@ -36,18 +39,29 @@ def file_size(size_bytes: int) -> str:
     return f"{size_bytes / 1e6:,.0f} MB"
 
 
-def details(entry: ModelEntry) -> str:
-    """Size label, quantization and file size — or why the model cannot be used."""
+def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
+    """Size label, quantization, file size and the memory it will take once loaded at
+    ``n_ctx`` (None: its default context) — or why the model cannot be used."""
     if entry.error:
         return f"Cannot be used: {entry.error}"
     parts = [d for d in (entry.size_label, entry.quantization) if d]
     if entry.size_bytes:
         parts.append(file_size(entry.size_bytes))
+    needed = memory.entry_estimate(entry, n_ctx)
+    if needed is not None:
+        parts.append(f"≈ {memory.format_bytes(needed.total)} in memory")
     return " · ".join(parts)
 
 
+def source_of(entry: ModelEntry) -> str:
+    from app.core.catalog import source_label  # noqa: PLC0415 - not before the first paint
+
+    return source_label(entry.source)
+
+
 class _EntryDelegate(QStyledItemDelegate):
-    """Two lines per model in the open list: its name, then its details, muted."""
+    """Two lines per model in the open list: its name (and, on the right, where it came
+    from), then its details, muted."""
 
     def initStyleOption(self, option: QStyleOptionViewItem, index: Index) -> None:
         super().initStyleOption(option, index)
@@ -67,14 +81,17 @@ class _EntryDelegate(QStyledItemDelegate):
         small = painter.font()
         small.setPointSizeF(small.pointSizeF() * 0.9)
         painter.setFont(small)
+        painter.drawText(rect, Qt.AlignmentFlag.AlignTop | Qt.AlignmentFlag.AlignRight,
+                         index.data(SOURCE_ROLE) or "")
         painter.drawText(rect, Qt.AlignmentFlag.AlignBottom | Qt.AlignmentFlag.AlignLeft,
                          index.data(DETAILS_ROLE))
         painter.restore()
 
     def sizeHint(self, option: QStyleOptionViewItem, index: Index) -> QSize:
         metrics = option.fontMetrics
-        width = max(metrics.horizontalAdvance(index.data(Qt.ItemDataRole.DisplayRole) or ""),
-                    metrics.horizontalAdvance(index.data(DETAILS_ROLE) or ""))
+        name = metrics.horizontalAdvance(index.data(Qt.ItemDataRole.DisplayRole) or "")
+        source = metrics.horizontalAdvance(index.data(SOURCE_ROLE) or "")
+        width = max(name + source + 24, metrics.horizontalAdvance(index.data(DETAILS_ROLE) or ""))
         return QSize(width + 24, 2 * metrics.height() + 12)
 
 
@@ -84,14 +101,19 @@ class ModelListModel(QAbstractListModel):
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self._entries: list[ModelEntry] = []
+        self._details: list[str] = []
 
     @property
     def entries(self) -> list[ModelEntry]:
         return list(self._entries)
 
-    def set_entries(self, entries: Sequence[ModelEntry]) -> None:
+    def set_entries(self, entries: Sequence[ModelEntry],
+                    contexts: Mapping[Path, int | None] | None = None) -> None:
+        """Show these models; ``contexts`` holds the context each would load with."""
         self.beginResetModel()
         self._entries = list(entries)
+        # Worked out once here, not at every paint: the estimate reads the file's header.
+        self._details = [details(e, (contexts or {}).get(e.path)) for e in self._entries]
         self.endResetModel()
 
     def row_of(self, path: Path) -> int:
@@ -106,17 +128,19 @@ class ModelListModel(QAbstractListModel):
     def data(self, index: Index, role: int = Qt.ItemDataRole.DisplayRole) -> Any:
         if not index.isValid() or not 0 <= index.row() < len(self._entries):
             return None
-        entry = self._entries[index.row()]
+        entry, about = self._entries[index.row()], self._details[index.row()]
         if role == Qt.ItemDataRole.DisplayRole:
             return entry.name
         if role == DETAILS_ROLE:
-            return details(entry)
+            return about
+        if role == SOURCE_ROLE:
+            return source_of(entry)
         if role == Qt.ItemDataRole.AccessibleTextRole:
-            return f"{entry.name}, {details(entry)}"
+            return f"{entry.name}, from {source_of(entry)}, {about}"
         if role == Qt.ItemDataRole.ToolTipRole:
             context = (f"\nContext: {entry.context_length:,} tokens"
                        if entry.context_length else "")
-            return f"{entry.name}\n{details(entry)}{context}\n{entry.path}"
+            return f"{entry.name}\n{about}{context}\nFrom {source_of(entry)}: {entry.path}"
         if role == PATH_ROLE:
             return str(entry.path)
         return None
@@ -164,11 +188,14 @@ class ModelPicker(QComboBox):
         painter.drawPolyline([QPointF(x, y), QPointF(x + 4.5, y + 4.5), QPointF(x + 9, y)])
         painter.end()
 
-    def set_entries(self, entries: Sequence[ModelEntry]) -> None:
-        self.list_model.set_entries(entries)
+    def set_entries(self, entries: Sequence[ModelEntry],
+                    contexts: Mapping[Path, int | None] | None = None) -> None:
+        model = self.list_model
+        model.set_entries(entries, contexts)
         metrics = self.fontMetrics()
-        widest = max((max(metrics.horizontalAdvance(e.name), metrics.horizontalAdvance(
-            details(e))) for e in entries), default=0)
+        widest = max((max(metrics.horizontalAdvance(e.name) + metrics.horizontalAdvance(
+            source_of(e)) + 24, metrics.horizontalAdvance(model.index(row).data(DETAILS_ROLE)))
+            for row, e in enumerate(entries)), default=0)
         self.view().setMinimumWidth(widest + 48)
         self.set_current(self._current)
 

@@ -1,7 +1,8 @@
 """Settings: a non-modal dialog; every change is saved at once.
 
 Context size and threads are load options: they apply the next time a model loads,
-which the dialog says, and it offers to reload the current model right away.
+which the dialog says, and it offers to reload the current model right away. The
+"This model" tab gives the loaded model settings of its own, over the defaults.
 """
 
 from __future__ import annotations
@@ -14,12 +15,14 @@ from typing import TYPE_CHECKING
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QIntValidator
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDialog,
     QDialogButtonBox,
     QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
+    QGridLayout,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -32,11 +35,15 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core import sources
+from app.core.settings import MODEL_FIELDS
+from app.core.templates import BUILTIN_TEMPLATES
 from app.ui.theme import THEMES
 
 if TYPE_CHECKING:
     from app.core.catalog import ModelEntry
     from app.core.settings import Settings
+    from app.core.sources import Source
 
 SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
 MIN_CONTEXT = 256
@@ -46,9 +53,7 @@ class SettingsDialog(QDialog):
     theme_changed = Signal(str)
     """The user picked "system", "light" or "dark"."""
     folders_changed = Signal()
-    """The list of model folders changed: the catalog should be scanned again."""
-    rescan_requested = Signal()
-    """The user asked to look for new model files."""
+    """The model folders or the other apps' stores in use changed: scan again."""
     reload_requested = Signal()
     """The user asked to reload the current model with the new load options."""
     open_models_folder_requested = Signal()
@@ -69,11 +74,19 @@ class SettingsDialog(QDialog):
         self._prompt_timer.setSingleShot(True)
         self._prompt_timer.setInterval(SAVE_DELAY_MS)
         self._prompt_timer.timeout.connect(self._on_prompt_timer_timeout)
+        self._model_path: Path | None = None
+        self._model_name = ""
+        self._filling = False  # fields are being set from the settings, not by the user
+        self._model_prompt_timer = QTimer(self)
+        self._model_prompt_timer.setSingleShot(True)
+        self._model_prompt_timer.setInterval(SAVE_DELAY_MS)
+        self._model_prompt_timer.timeout.connect(self._on_model_prompt_timer_timeout)
 
         tabs = QTabWidget(self)
         tabs.setObjectName("settingsTabs")
         tabs.addTab(self._models_tab(models_dir), "Models")
         tabs.addTab(self._replies_tab(), "Replies")
+        tabs.addTab(self._this_model_tab(), "This model")
         tabs.addTab(self._appearance_tab(), "Appearance")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         buttons.rejected.connect(self.reject)
@@ -84,7 +97,7 @@ class SettingsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(tabs)
         layout.addWidget(buttons)
-        self.resize(560, 520)
+        self.resize(580, 560)
 
     # Tabs ------------------------------------------------------------------------
 
@@ -109,14 +122,36 @@ class SettingsDialog(QDialog):
         add.clicked.connect(self._on_add_clicked)
         remove = self._button("Remove", "removeFolderButton", page)
         remove.clicked.connect(self._on_remove_clicked)
-        rescan = self._button("Rescan", "rescanButton", page)
-        rescan.clicked.connect(self.rescan_requested)
         row = QHBoxLayout()
-        for button in (add, remove, rescan):
+        for button in (add, remove):
             row.addWidget(button)
         row.addStretch(1)
         form.addRow("Model folders", self.folder_list)
         form.addRow("", row)
+
+        # Other apps' stores: a switch each, with the folder found (filled by set_sources).
+        self.source_boxes: dict[str, QCheckBox] = {}
+        self.source_places: dict[str, QLabel] = {}
+        stores = QWidget(page)
+        stores.setObjectName("sourceList")
+        grid = QGridLayout(stores)
+        grid.setContentsMargins(0, 0, 0, 0)
+        grid.setHorizontalSpacing(12)
+        grid.setVerticalSpacing(4)
+        for row_no, (key, label) in enumerate(sources.KEYS.items()):
+            box = QCheckBox(label, stores)
+            box.setObjectName(f"source_{key}")
+            box.setAccessibleName(f"Use models from {label}")
+            box.setChecked(key not in self.prefs.disabled_sources)
+            box.toggled.connect(lambda on, key=key: self._on_source_toggled(key, on))
+            place = QLabel("not found", stores)
+            place.setObjectName("settingsNote")
+            place.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+            grid.addWidget(box, row_no, 0)
+            grid.addWidget(place, row_no, 1)
+            self.source_boxes[key], self.source_places[key] = box, place
+        grid.setColumnStretch(1, 1)
+        form.addRow("Other apps", stores)
 
         self.default_model = QComboBox(page)
         self.default_model.setObjectName("defaultModelBox")
@@ -186,6 +221,85 @@ class SettingsDialog(QDialog):
         form.addRow("Seed", self.seed)
         return page
 
+    def _this_model_tab(self) -> QWidget:
+        page, form = _form_page(self)
+        self.model_title = QLabel(page)
+        self.model_title.setObjectName("settingsNote")
+        self.model_title.setWordWrap(True)
+        form.addRow(self.model_title)
+        boxes: dict[str, QWidget] = {}
+
+        context = QSpinBox(page)
+        context.setRange(0, 1 << 20)
+        context.setSingleStep(1024)
+        context.setSpecialValueText("Model default (at most 8,192)")
+        context.setSuffix(" tokens")
+        threads = QSpinBox(page)
+        threads.setRange(0, max(4, (os.cpu_count() or 1) * 2))
+        threads.setSpecialValueText("Automatic (one per core)")
+        template = QComboBox(page)
+        template.addItem("From the model file", None)
+        for key, label in BUILTIN_TEMPLATES.items():
+            template.addItem(label, key)
+        prompt = QPlainTextEdit(page)
+        prompt.setPlaceholderText("Instructions this model sees before every chat")
+        prompt.setTabChangesFocus(True)
+        prompt.setMaximumHeight(70)
+        for name, box, label in ((("context_size", context, "Context size"),
+                                  ("threads", threads, "Threads"),
+                                  ("template_override", template, "Chat template"),
+                                  ("system_prompt", prompt, "System prompt"))):
+            box.setObjectName(f"model_{name}Box")
+            box.setAccessibleName(f"{label} for this model")
+            boxes[name] = box
+            form.addRow(label, box)
+        for name, label, low, high, step in (("temperature", "Temperature", 0.0, 2.0, 0.05),
+                                             ("top_p", "Top-p", 0.01, 1.0, 0.01),
+                                             ("min_p", "Min-p", 0.0, 1.0, 0.01),
+                                             ("repeat_penalty", "Repeat penalty", 0.5, 2.0,
+                                              0.05)):
+            real = QDoubleSpinBox(page)
+            real.setRange(low, high)
+            real.setSingleStep(step)
+            real.setDecimals(2)
+            boxes[name] = real
+            real.setObjectName(f"model_{name}Box")
+            real.setAccessibleName(f"{label} for this model")
+            form.addRow(label, real)
+        for name, label, low, high in (("top_k", "Top-k", 0, 1000),
+                                       ("max_tokens", "Max reply tokens", 1, 1 << 20)):
+            whole = QSpinBox(page)
+            whole.setRange(low, high)
+            boxes[name] = whole
+            whole.setObjectName(f"model_{name}Box")
+            whole.setAccessibleName(f"{label} for this model")
+            form.addRow(label, whole)
+        self.model_boxes = boxes
+        for name, box in boxes.items():
+            if isinstance(box, QSpinBox | QDoubleSpinBox):
+                box.setKeyboardTracking(False)
+                box.valueChanged.connect(lambda _v, name=name: self._on_model_value_changed(name))
+            elif isinstance(box, QComboBox):
+                box.activated.connect(lambda _i, name=name: self._on_model_value_changed(name))
+        prompt.textChanged.connect(self._on_model_prompt_edited)
+
+        self.model_note = QLabel("Context size, threads and the chat template apply the "
+                                 "next time this model loads.", page)
+        self.model_note.setObjectName("settingsNote")
+        self.model_note.setWordWrap(True)
+        self.use_defaults = self._button("Use defaults", "useDefaultsButton", page)
+        self.use_defaults.clicked.connect(self._on_use_defaults_clicked)
+        reload_button = self._button("Reload model now", "reloadThisModelButton", page)
+        reload_button.clicked.connect(self.reload_requested)
+        row = QHBoxLayout()
+        row.addWidget(self.use_defaults)
+        row.addWidget(reload_button)
+        row.addStretch(1)
+        form.addRow(self.model_note)
+        form.addRow(row)
+        self.set_model(None)
+        return page
+
     def _appearance_tab(self) -> QWidget:
         page, form = _form_page(self)
         self.theme = QComboBox(page)
@@ -249,6 +363,65 @@ class SettingsDialog(QDialog):
             index = box.count() - 1
         box.setCurrentIndex(index)
 
+    def set_sources(self, found: Sequence[Source]) -> None:
+        """Show where each other app's store was found, or that it was not."""
+        for source in found:
+            place = self.source_places.get(source.key)
+            if place is not None:
+                where = ", ".join(_home_relative(f) for f in source.folders)
+                place.setText(where or "not found")
+                place.setToolTip("\n".join(str(f) for f in source.folders))
+
+    def set_model(self, path: Path | None, name: str = "") -> None:
+        """The loaded model, whose own settings the "This model" tab edits."""
+        self._model_path = path
+        for box in self.model_boxes.values():
+            box.setEnabled(path is not None)
+        self.use_defaults.setEnabled(path is not None)
+        self._fill_model_fields()
+        if path is None:
+            self.model_title.setText("No model is loaded. Load one to give it settings of "
+                                     "its own.")
+        else:
+            self._update_model_title(name or path.name)
+
+    def _update_model_title(self, name: str) -> None:
+        own = self._model_path is not None and self.prefs.model_overrides(self._model_path)
+        self._model_name = name
+        state = "has settings of its own" if own else "uses your defaults"
+        self.model_title.setText(f"<b>{name}</b> {state}. Changes here apply to this "
+                                 "model only.")
+
+    def _fill_model_fields(self) -> None:
+        path = self._model_path
+        options = self.prefs.load_options(path)
+        sampling = self.prefs.sampling(path)
+        values: dict[str, object] = {
+            "context_size": options.n_ctx or 0, "threads": options.n_threads or 0,
+            "template_override": options.template_override,
+            "system_prompt": self.prefs.system_prompt_for(path),
+            **{name: getattr(sampling, name) for name in MODEL_FIELDS
+               if hasattr(sampling, name)}}
+        self._filling = True
+        try:
+            for name, box in self.model_boxes.items():
+                value = values[name]
+                if isinstance(box, QComboBox):
+                    index = box.findData(value)
+                    if index < 0 and isinstance(value, str):
+                        box.addItem("Custom template", value)
+                        index = box.count() - 1
+                    box.setCurrentIndex(max(0, index))
+                elif isinstance(box, QPlainTextEdit):
+                    if box.toPlainText() != value:
+                        box.setPlainText(str(value))
+                elif isinstance(box, QSpinBox):
+                    box.setValue(int(value))  # type: ignore[call-overload]
+                elif isinstance(box, QDoubleSpinBox):
+                    box.setValue(float(value))  # type: ignore[arg-type]
+        finally:
+            self._filling = False
+
     def add_folder(self, folder: str) -> None:
         if folder and folder not in self.prefs.model_folders:
             self.prefs.model_folders.append(folder)
@@ -285,6 +458,51 @@ class SettingsDialog(QDialog):
     def _on_default_model_activated(self, index: int) -> None:
         self._set("default_model", self.default_model.itemData(index))
 
+    def _on_source_toggled(self, key: str, on: bool) -> None:
+        disabled = [k for k in self.prefs.disabled_sources if k != key]
+        self._set("disabled_sources", disabled if on else [*disabled, key])
+        self.folders_changed.emit()
+
+    def _on_model_value_changed(self, name: str) -> None:
+        path = self._model_path
+        if self._filling or path is None:
+            return
+        box = self.model_boxes[name]
+        value: object
+        if isinstance(box, QComboBox):
+            value = box.currentData()
+        elif isinstance(box, QPlainTextEdit):
+            value = box.toPlainText()
+        elif isinstance(box, QDoubleSpinBox):
+            value = round(box.value(), 2)
+        else:
+            assert isinstance(box, QSpinBox)
+            value = box.value()
+            if name == "context_size" and 0 < box.value() < MIN_CONTEXT:
+                box.setValue(MIN_CONTEXT)  # comes back here with a usable size
+                return
+            if name in ("context_size", "threads"):
+                value = value or None
+        self.prefs.set_model_value(path, name, value)
+        self._save()
+        self._update_model_title(self._model_name)
+
+    def _on_model_prompt_edited(self) -> None:
+        if not self._filling:
+            self._model_prompt_timer.start()
+
+    def _on_model_prompt_timer_timeout(self) -> None:
+        self._on_model_value_changed("system_prompt")
+
+    def _on_use_defaults_clicked(self) -> None:
+        if self._model_path is None:
+            return
+        self._model_prompt_timer.stop()
+        self.prefs.clear_model(self._model_path)
+        self._save()
+        self._fill_model_fields()
+        self._update_model_title(self._model_name)
+
     def _on_context_size_changed(self, value: int) -> None:
         if 0 < value < MIN_CONTEXT:
             self.context_size.setValue(MIN_CONTEXT)  # comes back here with a usable size
@@ -309,6 +527,17 @@ class SettingsDialog(QDialog):
         if self._prompt_timer.isActive():  # keep what was typed just before closing
             self._prompt_timer.stop()
             self._on_prompt_timer_timeout()
+        if self._model_prompt_timer.isActive():
+            self._model_prompt_timer.stop()
+            self._on_model_prompt_timer_timeout()
+
+
+def _home_relative(folder: Path) -> str:
+    """~/.ollama/models rather than /home/someone/.ollama/models."""
+    try:
+        return "~/" + folder.relative_to(Path.home()).as_posix()
+    except ValueError:
+        return str(folder)
 
 
 def _left(widget: QWidget) -> QHBoxLayout:

@@ -30,6 +30,7 @@ from PySide6.QtGui import (
     QShowEvent,
 )
 from PySide6.QtWidgets import (
+    QAbstractItemView,
     QApplication,
     QLabel,
     QMainWindow,
@@ -51,6 +52,7 @@ if TYPE_CHECKING:
     from app.core.catalog import ModelEntry
     from app.core.engine import LoadedModel
     from app.core.settings import Settings
+    from app.core.sources import Source
     from app.core.store import Message
     from app.ui.chat_controller import ChatController
     from app.ui.settings_dialog import SettingsDialog
@@ -90,6 +92,7 @@ class MainWindow(QMainWindow):
         self._shut_down = False
         self._announced_ready = False
         self._settings_dialog: SettingsDialog | None = None
+        self._edit_conversation: int | None = None  # where an edit under way belongs
         self._empty_text = self._empty_text_for(None)
         # Short disk jobs kept off the GUI thread: settings, the database, model scans.
         self._background = ThreadPoolExecutor(1, thread_name_prefix="fireside-background")
@@ -108,6 +111,8 @@ class MainWindow(QMainWindow):
         self.sidebar.delete_requested.connect(self._on_delete_requested)
         self.sidebar.search_changed.connect(self._refresh_conversations)
         self.sidebar.model.rename_requested.connect(self._on_rename_requested)
+        self._refresh_after_edit = False
+        self.sidebar.list.itemDelegate().closeEditor.connect(self._on_title_editor_closed)
 
         self.top_bar = TopBar(str(paths.models_dir()), self)
         self.top_bar.cancel_load_requested.connect(self._on_cancel_load_requested)
@@ -233,6 +238,7 @@ class MainWindow(QMainWindow):
         self.controller = controller
         assert self.transcript is not None
         controller.catalog_changed.connect(self._on_catalog_changed)
+        controller.sources_found.connect(self._on_sources_found)
         controller.model_load_started.connect(self._on_model_load_started)
         controller.model_load_progressed.connect(self.top_bar.show_progress)
         controller.model_loaded.connect(self._on_model_loaded)
@@ -344,7 +350,7 @@ class MainWindow(QMainWindow):
             return
         text = self.controller.last_user_text()
         if text is not None:
-            self.composer_bar.begin_edit(text)
+            self._begin_edit(text)
 
     def show_settings(self) -> None:
         if self._settings_dialog is None:
@@ -353,12 +359,15 @@ class MainWindow(QMainWindow):
             dialog = SettingsDialog(self.prefs, self.save_settings, paths.models_dir(), self)
             dialog.theme_changed.connect(self._on_theme_changed)
             dialog.folders_changed.connect(self._rescan)
-            dialog.rescan_requested.connect(self._rescan)
             dialog.reload_requested.connect(self._on_reload_requested)
             dialog.open_models_folder_requested.connect(desktop.open_models_folder)
             dialog.about_requested.connect(self.show_about)
             if self.controller is not None:
                 dialog.set_models(self.controller.entries)
+                dialog.set_sources(self.controller.sources)
+                model = self.controller.model
+                if model is not None:
+                    dialog.set_model(model.path, model.name)
             self._settings_dialog = dialog
         if self._settings_dialog.isVisible():
             self._settings_dialog.raise_()
@@ -372,6 +381,7 @@ class MainWindow(QMainWindow):
 
     def save_settings(self) -> None:
         """Save a copy of the settings off the GUI thread (the write waits for the disk)."""
+        self._show_models(self.picker.list_model.entries)  # a context size may have changed
         snapshot = dataclasses.replace(self.prefs, model_folders=list(self.prefs.model_folders))
         try:
             self._background.submit(_save_settings, snapshot)
@@ -386,7 +396,7 @@ class MainWindow(QMainWindow):
         text = text.strip()
         if self.composer_bar.editing:
             self.composer_bar.finish_edit()
-            self.controller.edit_last(text)
+            self.controller.edit_last(text, self._edit_conversation)
         else:
             self.controller.send(text)
         self.composer.clear()
@@ -410,7 +420,13 @@ class MainWindow(QMainWindow):
 
     def _on_edit_requested(self, text: str) -> None:
         if self.controller is not None and not self.controller.streaming:
-            self.composer_bar.begin_edit(text)
+            self._begin_edit(text)
+
+    def _begin_edit(self, text: str) -> None:
+        # The edit belongs to the conversation shown now, even if another one is opening.
+        assert self.controller is not None
+        self._edit_conversation = self.controller.conversation_id
+        self.composer_bar.begin_edit(text)
 
     def _on_copy_done(self, notice: str) -> None:
         messages.info(notice)
@@ -430,6 +446,13 @@ class MainWindow(QMainWindow):
     def _on_rename_requested(self, conversation_id: int, title: str) -> None:
         if self.controller is not None:
             self.controller.rename_conversation(conversation_id, title)
+
+    def _on_title_editor_closed(self) -> None:
+        # Connected after the view's own slot: the editor is closed by now. (A reset of
+        # the list while an editor is open, even while it commits, would leave that
+        # editor on screen, detached from the list.)
+        if self._refresh_after_edit:
+            self._refresh_conversations()
 
     def _on_model_chosen(self, path: Path) -> None:
         if self.controller is not None:
@@ -466,11 +489,15 @@ class MainWindow(QMainWindow):
     # Slots: the controller -------------------------------------------------------------
 
     def _on_catalog_changed(self, entries: list[ModelEntry]) -> None:
-        self.picker.set_entries(entries)
+        self._show_models(entries)
         if self.controller is not None and self.controller.model is not None:
             self.picker.set_current(self.controller.model.path)
         if self._settings_dialog is not None:
             self._settings_dialog.set_models(entries)
+
+    def _on_sources_found(self, found: list[Source]) -> None:
+        if self._settings_dialog is not None:
+            self._settings_dialog.set_sources(found)
 
     def _on_model_load_started(self, path: Path, name: str) -> None:
         self.picker.set_current(path)
@@ -484,6 +511,8 @@ class MainWindow(QMainWindow):
         self.status.set_message(f"{model.name} · {model.n_ctx:,}-token context")
         self.composer_bar.set_can_send(True)
         self._set_empty_text(self._empty_text_for(model.name))
+        if self._settings_dialog is not None:
+            self._settings_dialog.set_model(model.path, model.name)
 
     def _on_model_load_failed(self, model: LoadedModel | None) -> None:
         self.top_bar.show_loading(None)
@@ -496,6 +525,7 @@ class MainWindow(QMainWindow):
             self.composer_bar.set_can_send(True)
 
     def _on_conversation_opened(self, conversation_id: int, history: list[Message]) -> None:
+        self._leave_edit()
         self._view.set_messages(history)
         self.sidebar.set_current(conversation_id)
         replies = [m for m in history if m.role == "assistant" and m.stats]
@@ -503,10 +533,21 @@ class MainWindow(QMainWindow):
         self._update_title()
 
     def _on_chat_cleared(self) -> None:
+        self._leave_edit()
         self._view.clear()
         self.sidebar.set_current(None)
         self.status.show_reply(None)
         self._update_title()
+
+    def _show_models(self, entries: Sequence[ModelEntry]) -> None:
+        """List the models, each sized at the context its settings would load it with."""
+        self.picker.set_entries(entries, {e.path: self.prefs.load_options(e.path).n_ctx
+                                          for e in entries})
+
+    def _leave_edit(self) -> None:
+        """Another conversation is shown: an edit begun in the last one becomes a draft."""
+        if self.composer_bar.editing:
+            self.composer_bar.finish_edit()
 
     def _on_reply_finished(self, text: str, stats: dict[str, Any]) -> None:
         self._view.finish_reply(text, stats)
@@ -522,6 +563,12 @@ class MainWindow(QMainWindow):
     def _refresh_conversations(self) -> None:
         if self.controller is None:
             return
+        if self.sidebar.list.state() == QAbstractItemView.State.EditingState:
+            # Refreshing the list would throw away the title being typed: wait for it.
+            self._refresh_after_edit = True
+            self._update_title()
+            return
+        self._refresh_after_edit = False
         conversations = self.controller.conversations(self.sidebar.search_text())
         self.sidebar.set_conversations(conversations, self.controller.conversation_id)
         self._update_title()

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
+
+import pytest
 
 from app.core import templates
 from app.core.engine import Engine, PromptPlan, Reply, Sampling, Session
@@ -44,6 +49,38 @@ def fresh_process_reply(model: Path, prompt: str, max_tokens: int = 24,
     assert len(replies) == 1, result.stdout + result.stderr
     text: str = replies[0]["text"]
     return text
+
+
+@contextmanager
+def small_disk(folder: Path, size: str = "2m") -> Iterator[Path]:
+    """A real tmpfs of ``size`` mounted at ``folder``: a disk that fills up."""
+    if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("mount") is None:
+        pytest.skip("filling a real disk needs root on Linux to mount a small tmpfs")
+    folder.mkdir(parents=True, exist_ok=True)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs",
+                              str(folder)], capture_output=True, text=True, check=False)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small tmpfs here: {mounted.stderr.strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", "--lazy", str(folder)], check=True)
+
+
+def fill_disk(folder: Path) -> Path:
+    """Write a file in ``folder`` until its disk has no byte left; returns the file."""
+    filler = folder / "filler"
+    fd = os.open(filler, os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        for chunk in (1 << 16, 1 << 12, 1):
+            try:
+                while True:
+                    os.write(fd, b"\0" * chunk)
+            except OSError as err:
+                assert err.errno == errno.ENOSPC, err
+    finally:
+        os.close(fd)
+    return filler
 
 
 def rss_bytes() -> int:

@@ -12,7 +12,9 @@ from typing import Any
 
 import pytest
 
+from app.core import settings
 from tests.core.helpers import PROBE
+from tests.stores import ollama_model
 
 
 def fireside(*args: str, stdin: str | None = None, timeout: float = 240) -> \
@@ -151,3 +153,20 @@ def test_terminating_during_a_reply_saves_it_and_exits(sig: signal.Signals,
     process.send_signal(sig)
     assert process.wait(timeout=10) == 0
     assert _stored_reply()
+
+
+def test_the_terminal_sees_other_apps_models_and_each_models_own_settings(
+        smollm2_path: Path) -> None:
+    ollama_model(Path(os.environ["HOME"]) / ".ollama/models", "smollm2:135m", smollm2_path)
+    listed = events(fireside("models", "--json").stdout)
+    assert "smollm2:135m" in [m["name"] for m in listed], "Ollama's name for the model"
+
+    prefs = settings.load().settings
+    prefs.set_model_value(smollm2_path, "max_tokens", 3)
+    settings.save(prefs)
+    own = events(fireside("chat", "--json", "--model", "smollm2:135m", "--temperature", "0",
+                          PROBE).stdout)[-1]
+    assert own["event"] == "reply" and own["tokens"] <= 3
+    typed = events(fireside("chat", "--json", "--model", "smollm2:135m", "--temperature", "0",
+                            "--max-tokens", "6", PROBE).stdout)[-1]
+    assert 3 < typed["tokens"] <= 6, "the command line beats the model's own setting"

@@ -3,8 +3,11 @@ and on small files written with gguf.GGUFWriter; damaged and hostile headers by 
 
 from __future__ import annotations
 
+import json
 import os
 import struct
+import subprocess
+import sys
 import tracemalloc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,6 +26,8 @@ from app.core.gguf import (
     GGUFError,
     GGUFHeader,
     ValueType,
+    _Parser,
+    clear_cache,
     format_size_label,
     read_header,
 )
@@ -434,12 +439,16 @@ def test_damaged_bytes_give_a_header_or_gguf_error(
         damaged[at] = data.draw(st.integers(0, 255))
     path = tmp_path / "damaged.gguf"
     path.write_bytes(bytes(damaged[: data.draw(st.integers(1, len(damaged)))]))
-    try:
-        header = read_header(path)
-    except GGUFError as error:
-        assert str(error)
-    else:
-        assert isinstance(header, GGUFHeader)
+    outcomes = []
+    for exact in (True, False):  # the fast reader too, whose vocabulary here is 80 strings
+        clear_cache()
+        try:
+            outcomes.append(read_header(path, exact=exact))
+        except GGUFError as error:
+            assert str(error)
+            outcomes.append(error.reason)
+    assert isinstance(outcomes[0], (GGUFHeader, str))
+    assert outcomes[0] == outcomes[1]
 
 
 # --- copies with changed metadata (used by other tests) ------------------------------
@@ -489,3 +498,189 @@ def test_a_file_changed_on_disk_is_read_again(tmp_path: Path) -> None:
         handle.write(b"XXXX")
     with pytest.raises(GGUFError, match="not a GGUF"):
         read_header(path)
+
+
+# --- the fast reader (exact=False) gives the exact reader's result -------------------
+
+
+def _both(path: Path) -> tuple[GGUFHeader, GGUFHeader]:
+    clear_cache()
+    fast = read_header(path, exact=False)
+    clear_cache()
+    exact = read_header(path)
+    return fast, exact
+
+
+def test_fast_reader_equals_exact_reader_on_the_demo_models(demo_path: Path) -> None:
+    fast, exact = _both(demo_path)
+    assert fast == exact
+    # ...and it really skipped the vocabulary by search (else this test proves nothing).
+    with demo_path.open("rb") as file:
+        parser = _Parser(file, demo_path.stat().st_size, exact=False)
+        assert parser.parse(demo_path) == exact
+        assert parser.guessed
+
+
+def _key_like(n: int) -> list[bytes]:
+    """Token texts that look like what follows a vocabulary: keys, arrays, tensor entries."""
+    return [
+        pack_raw_kv("tokenizer.ggml.scores", 9, u32(6) + u64(n)),
+        pack_raw_kv("tokenizer.ggml.token_type", 9, u32(5) + u64(n)),
+        pack_raw_kv("tokenizer.ggml.merges", 9, u32(8) + u64(3)),
+        pack_kv("tokenizer.ggml.bos_token_id", 1),
+        pack_kv("general.name", "fake"),
+        pack_kv("llama.block_count", 2) + pack_kv("llama.context_length", 8),
+        _tensor_info("token_embd.weight", [8, 4]),
+        _tensor_info("output.weight", [4]) + bytes(32),
+        bytes(7) + b"tokenizer.",
+        b"outputPath",
+        b"e.g",
+    ]
+
+
+@settings(
+    max_examples=60,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(st.data())
+def test_fast_reader_equals_exact_reader_on_hostile_vocabularies(
+    tmp_path: Path, data: st.DataObject
+) -> None:
+    size = data.draw(st.integers(SMALL_ARRAY + 1, 400), label="vocabulary size")
+    hostile = _key_like(size)
+    token = st.one_of(
+        st.text(max_size=12).map(str.encode),
+        st.sampled_from(hostile),
+        st.binary(max_size=40),
+        st.lists(st.sampled_from(hostile), min_size=2, max_size=4).map(b"".join),
+    )
+    tokens = data.draw(st.lists(token, min_size=size, max_size=size), label="tokens")
+    writer = gguf.GGUFWriter(tmp_path / "v.gguf", "llama")
+    writer.add_name("hostile")
+    writer.add_token_list(tokens)
+    if data.draw(st.booleans(), label="scores"):
+        writer.add_token_scores([0.5] * size)
+        writer.add_token_types([1] * size)
+    if data.draw(st.booleans(), label="merges"):
+        merges = data.draw(st.lists(token, min_size=SMALL_ARRAY, max_size=120), label="merges")
+        writer.add_token_merges([b"a b", *merges])
+    if data.draw(st.booleans(), label="keys after"):
+        writer.add_bos_token_id(1)
+    for i in range(data.draw(st.integers(0, 3), label="tensors")):
+        writer.add_tensor(f"blk.{i}.weight", np.ones((4, 8), dtype=np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    fast, exact = _both(tmp_path / "v.gguf")
+    assert fast == exact
+
+
+def test_a_token_holding_the_real_next_entry_does_not_fool_the_fast_reader(
+    tmp_path: Path,
+) -> None:
+    # First write the file, then copy the bytes that really follow its vocabulary into
+    # a token of a second file: the search meets them before the real ones.
+    tokens = [f"t{i}".encode() for i in range(200)]
+    for attempt in range(2):
+        writer = gguf.GGUFWriter(tmp_path / "b.gguf", "llama")
+        writer.add_token_list(tokens)
+        writer.add_token_scores([0.0] * len(tokens))
+        writer.add_bos_token_id(1)
+        writer.add_tensor("token_embd.weight", np.ones((4, 8), dtype=np.float32))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        if attempt == 0:
+            header = read_header(tmp_path / "b.gguf")
+            start = header.kv_spans["tokenizer.ggml.scores"][0]
+            data = (tmp_path / "b.gguf").read_bytes()
+            tokens[150] = data[start : header.tensor_info_span[1]]  # the whole rest
+    fast, exact = _both(tmp_path / "b.gguf")
+    assert fast == exact
+
+
+def test_fast_reader_reports_the_same_errors(small_model: Path, tmp_path: Path) -> None:
+    data = small_model.read_bytes()
+    cut = tmp_path / "cut.gguf"
+    for size in range(8, len(data), 97):
+        cut.write_bytes(data[:size])
+        clear_cache()
+        with pytest.raises(GGUFError) as fast:
+            read_header(cut, exact=False)
+        clear_cache()
+        with pytest.raises(GGUFError) as exact:
+            read_header(cut)
+        assert fast.value.reason == exact.value.reason
+
+
+# --- headers that claim absurd sizes: refused, with a reason, without allocating -----
+
+ABSURD_METADATA: dict[str, dict[str, Any]] = {
+    "context of 2^40": {"llama.context_length": 2**40},
+    "a billion layers": {"llama.block_count": 10**9},
+    "a million experts": {"llama.expert_count": 10**6},
+    "a 2^30 embedding": {"llama.embedding_length": 2**30},
+    "a million heads": {"llama.attention.head_count": 10**6},
+}
+
+
+def _absurd_files(folder: Path) -> dict[str, Path]:
+    files = {name: write_gguf(folder / f"{i}.gguf", metadata=meta)
+             for i, (name, meta) in enumerate(ABSURD_METADATA.items())}
+    raw = {
+        "a 10^12-element array": pack_preamble(n_kv=1)
+        + pack_raw_kv("tokenizer.ggml.scores", 9, u32(6) + u64(10**12)) + bytes(64),
+        "10^9 metadata entries": pack_preamble(n_kv=10**9) + pack_kv("a", 1) * 8,
+        "10^9 tensors": pack_preamble(n_tensors=10**9) + bytes(256),
+        "dimensions whose product overflows": pack_preamble(n_tensors=1)
+        + _tensor_info("t", [2**40, 2**40]) + bytes(64),
+        "a 10 GB string": pack_preamble(n_kv=1) + pack_raw_kv("general.name", 8, u64(10 * GB)),
+    }
+    for i, (name, content) in enumerate(raw.items()):
+        files[name] = folder / f"raw{i}.gguf"
+        files[name].write_bytes(content)
+    return files
+
+
+def test_absurd_headers_are_refused_with_a_reason(tmp_path: Path) -> None:
+    from app.core import catalog
+
+    for name, path in _absurd_files(tmp_path).items():
+        for exact in (True, False):
+            clear_cache()
+            with pytest.raises(GGUFError) as caught:
+                read_header(path, exact=exact)
+            assert "damaged" in caught.value.reason or "truncated" in caught.value.reason, name
+        entry = catalog.describe(path)
+        assert entry.error and "\n" not in entry.error, name
+    assert "1,099,511,627,776" in catalog.describe(tmp_path / "0.gguf").error  # type: ignore[operator]
+    assert "1,000,000,000 layers" in catalog.describe(tmp_path / "1.gguf").error  # type: ignore[operator]
+
+
+def test_refusing_absurd_headers_does_not_raise_peak_memory(tmp_path: Path) -> None:
+    files = _absurd_files(tmp_path)
+    script = (
+        "import json, resource, sys\n"
+        "from app.core import catalog\n"
+        "from app.core.gguf import GGUFError, read_header\n"
+        "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "refused = 0\n"
+        "for path in sys.argv[1:]:\n"
+        "    for exact in (True, False):\n"
+        "        try:\n"
+        "            read_header(path, exact=exact)\n"
+        "        except GGUFError:\n"
+        "            refused += 1\n"
+        "    refused += bool(catalog.describe(path).error)\n"
+        "after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+        "print(json.dumps({'grew_kb': after - before, 'refused': refused}))\n"
+    )
+    env = dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[2]))
+    out = subprocess.run([sys.executable, "-c", script, *map(str, files.values())],
+                         capture_output=True, text=True, env=env, check=True, timeout=120)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result["refused"] == 3 * len(files)
+    assert result["grew_kb"] < 16 * 1024  # peak resident memory rose by less than 16 MB

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
 import signal
 import sqlite3
 import subprocess
@@ -33,6 +31,7 @@ from app.core.store import (
     StoreError,
     default_title,
 )
+from tests.core import helpers
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -581,18 +580,8 @@ def test_a_locked_database_gives_a_readable_error(db_path: Path) -> None:
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """A real 1 MiB file system that fills up."""
-    if sys.platform != "linux" or os.geteuid() != 0 or shutil.which("mount") is None:
-        pytest.skip("filling a real disk needs root on Linux to mount a small tmpfs")
-    mount_point = tmp_path / "small"
-    mount_point.mkdir()
-    result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs",
-                             str(mount_point)], capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        pytest.skip(f"cannot mount a small tmpfs here: {result.stderr.strip()}")
-    try:
-        yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
+    with helpers.small_disk(tmp_path / "small", "1m") as folder:
+        yield folder
 
 
 def test_a_full_disk_gives_a_readable_error_and_keeps_what_was_saved(

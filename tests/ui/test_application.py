@@ -1,57 +1,23 @@
-"""The app as a user starts it: ``python -m app`` in its own process."""
+"""The app as a user starts it, in its own process: start-up, quitting and signals."""
 
 from __future__ import annotations
 
+import json
 import os
-import queue
 import signal
+import sqlite3
 import subprocess
 import sys
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
-from app.core import settings
+from app.core import paths, settings
+from tests.ui.conftest import greedy_settings
 
 START_TIMEOUT_S = 120
-
-
-@contextmanager
-def running_app(*args: str, env: dict[str, str] | None = None) -> Iterator[
-        tuple[subprocess.Popen[str], queue.Queue[str]]]:
-    """The window's process, with its log lines (stderr) arriving in a queue."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "--log-level", "INFO", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
-    lines: queue.Queue[str] = queue.Queue()
-    assert process.stderr is not None
-    stderr = process.stderr
-
-    def read() -> None:
-        for line in stderr:
-            lines.put(line)
-
-    threading.Thread(target=read, daemon=True).start()
-    try:
-        yield process, lines
-    finally:
-        if process.poll() is None:
-            process.kill()
-        process.wait()
-
-
-def wait_for_line(lines: queue.Queue[str], text: str) -> None:
-    seen = []
-    while True:
-        try:
-            line = lines.get(timeout=START_TIMEOUT_S)
-        except queue.Empty:
-            pytest.fail(f"the app never logged {text!r}; it logged:\n{''.join(seen[-30:])}")
-        seen.append(line)
-        if text in line:
-            return
 
 
 @pytest.mark.parametrize("locale_env", [{}, {"LC_ALL": "C"}])
@@ -64,12 +30,60 @@ def test_the_window_reports_ready_and_quits_cleanly(locale_env: dict[str, str]) 
     assert "Traceback" not in result.stderr and "Detected locale" not in result.stderr
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_termination_signal_closes_the_window_like_the_user_would(
-        signum: signal.Signals) -> None:
-    with running_app() as (process, lines):
-        wait_for_line(lines, "is ready")
+DRIVER = Path(__file__).with_name("app_driver.py")
+STORY = "Write a very long, detailed story about a lighthouse keeper and a storm."
+EXIT_BOUND_S = 2.0  # from the signal to the process gone
+
+
+def saved_reply() -> tuple[str, dict[str, object] | None] | None:
+    """The newest reply in the database, read as another program would."""
+    path = paths.database_path()
+    if not path.exists():
+        return None
+    try:
+        with closing(sqlite3.connect(f"{path.as_uri()}?mode=ro", uri=True)) as db:
+            row = db.execute("SELECT text, stats FROM messages WHERE role = 'assistant'"
+                             " ORDER BY id DESC LIMIT 1").fetchone()
+    except sqlite3.OperationalError:  # created but not yet set up
+        return None
+    if row is None:
+        return None
+    return row[0], json.loads(row[1]) if row[1] else None
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_closing_signal_mid_reply_saves_it_and_exits_promptly(
+        signum: signal.Signals, tmp_path: Path) -> None:
+    greedy_settings(max_tokens=4000)
+    log = tmp_path / "stderr.txt"
+    with log.open("w") as stderr:  # a file, not a pipe: the app never waits on a reader
+        process = subprocess.Popen([sys.executable, str(DRIVER), STORY],
+                                   stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        partial = None
+        while partial is None or not partial[0]:
+            assert process.poll() is None, log.read_text()[-3000:]
+            assert time.monotonic() < deadline, "no partial reply was ever saved"
+            time.sleep(0.1)
+            partial = saved_reply()
+        sent = time.monotonic()
         process.send_signal(signum)
-        assert process.wait(timeout=START_TIMEOUT_S) == 0
+        status = process.wait(timeout=START_TIMEOUT_S)
+        latency = time.monotonic() - sent
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    print(f"{signum.name}: exited {latency:.2f} s after the signal")
+    err = log.read_text()
+    assert status == 0, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    final = saved_reply()
+    assert final is not None and final[1] is not None, "the reply was not finished"
+    text, stats = final
+    assert text.startswith(partial[0]) and len(text) >= len(partial[0])
+    assert stats["finish_reason"] == "stopped"
     # The model that was loaded is remembered, as after a normal close.
     assert settings.load().settings.last_model
+    assert latency < EXIT_BOUND_S, f"{signum.name}: the app took {latency:.2f} s to exit"

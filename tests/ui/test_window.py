@@ -264,6 +264,30 @@ def test_edit_puts_the_message_back_and_resends_it(
     assert not window.composer_bar.editing
 
 
+def test_an_edit_begun_in_one_conversation_never_lands_in_another(
+        open_window: WindowFactory, qtbot: Any) -> None:
+    window = open_window()
+    controller = window.controller
+    assert controller is not None
+    send(qtbot, window, "What is the capital of Spain?")
+    first = controller.conversation_id or -1
+    qtbot.keyClick(window.composer, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
+    send(qtbot, window, "What is the capital of Italy?")
+    second = controller.conversation_id or -1
+    qtbot.keyClick(window.composer, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert window.composer_bar.editing
+    # Fast hands: another conversation is clicked and Enter pressed before it has opened.
+    controller.open_conversation(first)
+    qtbot.keyClick(window.composer, Qt.Key.Key_Return)
+    qtbot.waitUntil(lambda: len(saved_messages(first)) == 4 and not controller.busy,
+                    timeout=REPLY_TIMEOUT_MS)
+    assert [m.text for m in saved_messages(first) if m.role == "user"] == [
+        "What is the capital of Spain?", "What is the capital of Italy?"]
+    kept = saved_messages(second)
+    assert [(m.role, m.text) for m in kept][:1] == [("user", "What is the capital of Italy?")]
+    assert len(kept) == 2, "the conversation the edit was begun in is left as it was"
+
+
 def test_rename_with_f2(open_window: WindowFactory, qtbot: Any) -> None:
     window = open_window()
     controller = window.controller

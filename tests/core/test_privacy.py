@@ -1,0 +1,69 @@
+"""Nothing leaves the machine: a whole terminal session under strace opens no IP socket.
+
+strace sees every system call of every thread and child process, the native libraries'
+(llama.cpp, SQLite) included, so this covers more than Python's own socket module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.core.helpers import PROBE
+
+CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)[\( ]")
+
+
+def _traced(log: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.fail("strace is not installed: the privacy proof needs it "
+                    "(packaging/system-deps.sh installs it)")
+    return subprocess.run(
+        [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network", "-e", "signal=none",
+         "-o", str(log), sys.executable, "-m", "app", *args],
+        input=stdin, capture_output=True, text=True, timeout=300, check=False,
+        env=dict(os.environ))
+
+
+@pytest.mark.slow
+def test_a_whole_terminal_session_opens_no_network_connection(
+        tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> None:
+    greedy = ("--temperature", "0", "--max-tokens", "8")
+    session = f"Hello!\n/model {gemma_path}\n{PROBE}\n/new\nThanks.\n/quit\n"
+    steps = [
+        ("models", ("models",), None),
+        ("one-shot chat", ("chat", "--json", "--model", str(smollm2_path), *greedy, PROBE),
+         None),
+        ("interactive chat", ("chat", "--json", "--model", str(smollm2_path), *greedy),
+         session),
+        ("export", ("export", "--all", "--format", "json"), None),
+    ]
+    seen: dict[str, list[str]] = {}
+    for name, args, stdin in steps:
+        log = tmp_path / f"{name}.strace"
+        result = _traced(log, *args, stdin=stdin)
+        assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
+        seen[name] = log.read_text().splitlines()
+        if name == "interactive chat":  # the session really switched model and answered
+            stream = [json.loads(line) for line in result.stdout.splitlines()]
+            assert [e["event"] for e in stream].count("model_loaded") == 2
+            assert sum(e["event"] == "reply" and bool(e["text"]) for e in stream) == 3
+    exported = json.loads(result.stdout)["conversations"]
+    assert len(exported) == 3  # one-shot, and the session's two chats
+
+    calls = {name: sorted({m.group(1) for line in lines if (m := CALL.match(line))})
+             for name, lines in seen.items()}
+    internet = {name: [line for line in lines if "AF_INET" in line]
+                for name, lines in seen.items()}
+    assert not any(internet.values()), (
+        "IP network calls were made: "
+        + json.dumps({k: v for k, v in internet.items() if v}, indent=1)
+        + f"\nall network calls seen: {calls}")

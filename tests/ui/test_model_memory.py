@@ -1,0 +1,37 @@
+"""The picker tells how much memory each model will take at the context it loads with."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from app.core import catalog, memory
+from app.core.gguf import read_header
+from app.ui.model_picker import DETAILS_ROLE, ModelListModel
+from tests.ui.conftest import WindowFactory
+
+
+def test_each_model_shows_its_memory_estimate(smollm2_path: Path, gemma_path: Path) -> None:
+    entries = catalog.scan([(smollm2_path.parent, catalog.BUNDLED)])
+    model = ModelListModel()
+    model.set_entries(entries)
+    for path in (smollm2_path, gemma_path):
+        shown = model.index(model.row_of(path)).data(DETAILS_ROLE)
+        expected = memory.estimate(read_header(path)).total  # at the engine's default context
+        assert f"≈ {memory.format_bytes(expected)} in memory" in shown
+
+
+def test_the_estimate_follows_the_context_the_settings_choose(
+        open_window: WindowFactory, qtbot: Any, smollm2_path: Path) -> None:
+    window = open_window()
+    picker = window.picker.list_model
+
+    def shown() -> str:
+        return str(picker.index(picker.row_of(smollm2_path)).data(DETAILS_ROLE))
+
+    at_default = shown()
+    window.prefs.set_model_value(smollm2_path, "context_size", 512)
+    window.save_settings()
+    small = memory.estimate(read_header(smollm2_path), 512).total
+    assert f"≈ {memory.format_bytes(small)} in memory" in shown()
+    assert shown() != at_default
