@@ -390,7 +390,8 @@ def read_header(path: str | os.PathLike[str], exact: bool = True) -> GGUFHeader:
     With ``exact=False`` large string arrays (vocabulary, merges) are skipped by finding
     the key that follows them instead of walking every string; the result is accepted
     only if the rest of the header and the tensor table then fit the file exactly, and
-    is otherwise read again the exact way. Either way the result is the same header.
+    is otherwise read again the exact way. For an intact file the result is the same
+    header; damage inside a skipped array is found only by the exact way.
     """
     path = Path(path)
     if "\0" in str(path):

@@ -35,9 +35,8 @@ COPY_CODE_PREFIX = "fireside:copy/"  # + block index: the Copy link of a code bl
 # under 0.2 s. Beyond them content is still shown, only plainer.
 PROSE_LIMIT = 40_000  # characters outside code blocks; a longer message is plain text
 HIGHLIGHT_LIMIT = 20_000  # characters of code in one message that get syntax colours
-# Qt lays out ~1 µs a character of code: these keep a message's layout under ~40 ms.
-CODE_DISPLAY_LIMIT = 20_000  # characters of one code block shown; Copy still gets all
-CODE_DISPLAY_BUDGET = 40_000  # characters of code shown in one message
+CODE_DISPLAY_LIMIT = 50_000  # characters of one code block shown; Copy still gets all
+CODE_DISPLAY_BUDGET = 150_000  # characters of code shown in one message
 TABLE_ROW_LIMIT = 200  # a longer table is shown as its source text
 PLAIN_DISPLAY_LIMIT = 200_000  # characters of a plain-text message shown
 

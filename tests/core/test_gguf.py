@@ -434,9 +434,12 @@ def test_damaged_bytes_give_a_header_or_gguf_error(
     small_model: Path, tmp_path: Path, data: st.DataObject
 ) -> None:
     damaged = bytearray(small_model.read_bytes())
+    places = []
     for _ in range(data.draw(st.integers(1, 8))):
         at = data.draw(st.integers(0, len(damaged) - 1))
-        damaged[at] = data.draw(st.integers(0, 255))
+        if damaged[at] != (value := data.draw(st.integers(0, 255))):
+            places.append(at)
+        damaged[at] = value
     path = tmp_path / "damaged.gguf"
     path.write_bytes(bytes(damaged[: data.draw(st.integers(1, len(damaged)))]))
     outcomes = []
@@ -448,7 +451,16 @@ def test_damaged_bytes_give_a_header_or_gguf_error(
             assert str(error)
             outcomes.append(error.reason)
     assert isinstance(outcomes[0], (GGUFHeader, str))
-    assert outcomes[0] == outcomes[1]
+    exact_result, fast_result = outcomes
+    if isinstance(exact_result, str) and isinstance(fast_result, GGUFHeader):
+        # The fast reader does not read inside the vocabulary it skips: damage there is
+        # found by the exact reading the engine does before loading, not by the listing.
+        skipped = [span for key, span in fast_result.kv_spans.items()
+                   if key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges")]
+        assert any(start <= at < end for at in places for start, end in skipped), \
+            exact_result
+    else:
+        assert exact_result == fast_result
 
 
 # --- copies with changed metadata (used by other tests) ------------------------------

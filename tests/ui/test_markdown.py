@@ -212,7 +212,7 @@ def test_huge_code_block_is_cut_for_display_but_copied_whole(qtbot: QtBot) -> No
     code = "".join(f"value_{i} = compute({i})\n" for i in range(20_000))
     rendered = render(f"```python\n{code}```", LIGHT)
     assert rendered.code_blocks == (code,)
-    assert len(rendered.html) < 4 * markdown.CODE_DISPLAY_LIMIT
+    assert len(rendered.html) < 3 * markdown.CODE_DISPLAY_LIMIT
     shown = rendered.html.count("value_")
     assert 0 < shown < 20_000
     assert f"{20_000 - shown:,} more lines not shown" in rendered.html
