@@ -1,4 +1,5 @@
-"""Nothing leaves the machine: a whole terminal session under strace opens no IP socket.
+"""Nothing leaves the machine: a whole window session and a whole terminal session
+under strace open no IP socket.
 
 strace sees every system call of every thread and child process, the native libraries'
 (llama.cpp, SQLite) included, so this covers more than Python's own socket module.
@@ -16,21 +17,51 @@ from pathlib import Path
 
 import pytest
 
+from app.core import settings
+from app.core.store import Store
 from tests.core.helpers import PROBE
 
 CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)[\( ]")
 
 
-def _traced(log: Path, *args: str, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+DRIVER = Path(__file__).resolve().parents[1] / "ui" / "app_driver.py"
+
+
+def _traced(log: Path, *args: str, stdin: str | None = None,
+            program: tuple[str, ...] = ("-m", "app")) -> subprocess.CompletedProcess[str]:
     strace = shutil.which("strace")
     if strace is None:
         pytest.fail("strace is not installed: the privacy proof needs it "
                     "(packaging/system-deps.sh installs it)")
     return subprocess.run(
         [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network", "-e", "signal=none",
-         "-o", str(log), sys.executable, "-m", "app", *args],
+         "-o", str(log), sys.executable, *program, *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
-        env=dict(os.environ))
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+
+
+def _internet_calls(lines: list[str]) -> list[str]:
+    return [line for line in lines if "AF_INET" in line]
+
+
+@pytest.mark.slow
+def test_a_whole_window_session_opens_no_network_connection(
+        tmp_path: Path, gemma_path: Path) -> None:
+    prefs = settings.load().settings
+    prefs.temperature, prefs.max_tokens = 0.0, 8
+    settings.save(prefs)
+    log = tmp_path / "window.strace"
+    result = _traced(log, "--session", PROBE, str(gemma_path), program=(str(DRIVER),))
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.split() == ["ask", "switch", "ask", "quit"]
+    store = Store()
+    conversation, = store.list_conversations()
+    replies = [m for m in store.messages(conversation.id) if m.role == "assistant"]
+    assert len(replies) == 2 and all(m.text for m in replies)
+    assert settings.load().settings.last_model == str(gemma_path), "the model was switched"
+    lines = log.read_text().splitlines()
+    assert not _internet_calls(lines), "IP network calls were made:\n" + "\n".join(
+        _internet_calls(lines))
 
 
 @pytest.mark.slow
@@ -61,8 +92,7 @@ def test_a_whole_terminal_session_opens_no_network_connection(
 
     calls = {name: sorted({m.group(1) for line in lines if (m := CALL.match(line))})
              for name, lines in seen.items()}
-    internet = {name: [line for line in lines if "AF_INET" in line]
-                for name, lines in seen.items()}
+    internet = {name: _internet_calls(lines) for name, lines in seen.items()}
     assert not any(internet.values()), (
         "IP network calls were made: "
         + json.dumps({k: v for k, v in internet.items() if v}, indent=1)
