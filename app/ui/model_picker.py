@@ -18,8 +18,6 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QComboBox, QSizePolicy, QStyledItemDelegate, QWidget
 
-from app.core import memory
-
 if TYPE_CHECKING:
     from PySide6.QtGui import QPaintEvent
     from PySide6.QtWidgets import QStyleOptionViewItem
@@ -47,6 +45,8 @@ def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
     parts = [d for d in (entry.size_label, entry.quantization) if d]
     if entry.size_bytes:
         parts.append(file_size(entry.size_bytes))
+    from app.core import memory  # noqa: PLC0415 - reads headers: not before the first paint
+
     needed = memory.entry_estimate(entry, n_ctx)
     if needed is not None:
         parts.append(f"≈ {memory.format_bytes(needed.total)} in memory")
