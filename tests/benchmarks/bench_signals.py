@@ -24,6 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from app.core import bundled, settings
+from tests.core.helpers import sigint_not_ignored
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,19 +32,11 @@ GEMMA = bundled.bundled_dir() / bundled.GEMMA_FILE
 STORY = "Write a very long story about the sea."
 
 
-def _sigint_not_ignored() -> None:
-    # A shell starts background jobs with SIGINT ignored and children inherit that,
-    # while a handled signal is reset to the default at exec: handle it here, so the
-    # chat meets the disposition a terminal user's Ctrl-C meets.
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 def exit_latency(sig: signal.Signals, one_shot: bool) -> float:
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "FIRESIDE_DATA_DIR": f"{home}/data",
                "FIRESIDE_CONFIG_DIR": f"{home}/config"}
-        _sigint_not_ignored()
+        sigint_not_ignored()
         process = subprocess.Popen(
             [sys.executable, "-m", "app", "chat", "--json", "--model", str(GEMMA),
              "--max-tokens", "400", *([STORY] if one_shot else [])],
@@ -71,7 +64,7 @@ def window_exit_latency(sig: signal.Signals) -> float:
         prefs = settings.load().settings
         prefs.max_tokens, prefs.temperature = 4000, 0.0
         settings.save(prefs)
-        _sigint_not_ignored()
+        sigint_not_ignored()
         process = subprocess.Popen([sys.executable, str(ROOT / "tests/ui/app_driver.py"),
                                     STORY], env=env, stdout=subprocess.DEVNULL,
                                    stderr=subprocess.DEVNULL)

@@ -6,6 +6,7 @@ import errno
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
@@ -87,3 +88,47 @@ def rss_bytes() -> int:
     import psutil
 
     return int(psutil.Process().memory_info().rss)
+
+
+STORY = "Write a very long story about the sea."
+
+
+def sigint_not_ignored() -> None:
+    """Let SIGINT reach the children as a terminal user's Ctrl-C would.
+
+    A shell starts background jobs with SIGINT ignored and children inherit that, while
+    a handled signal is reset to the default at exec: handle it here.
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def start_long_reply(model: Path, one_shot: bool = False,
+                     deltas: int = 10) -> subprocess.Popen[str]:
+    """`fireside chat --json` streaming a long reply (one-shot, or the first of a stdin
+    session); returns once ``deltas`` pieces have arrived."""
+    sigint_not_ignored()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),
+         "--temperature", "0.8", "--max-tokens", "400", *([STORY] if one_shot else [])],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env=dict(os.environ))
+    assert process.stdin is not None and process.stdout is not None
+    if not one_shot:
+        process.stdin.write(STORY + "\n")
+        process.stdin.flush()
+    seen = 0
+    while seen < deltas:
+        if json.loads(process.stdout.readline())["event"] == "delta":
+            seen += 1
+    return process
+
+
+def stored_reply() -> str:
+    """The reply of the only conversation, as `fireside export` gives it."""
+    exported = subprocess.run(
+        [sys.executable, "-m", "app", "export", "--format", "json", "--all"],
+        capture_output=True, text=True, check=True, env=dict(os.environ))
+    (conversation,) = json.loads(exported.stdout)["conversations"]
+    text: str = conversation["messages"][1]["text"]
+    return text

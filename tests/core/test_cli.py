@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from app.core import settings
-from tests.core.helpers import PROBE
+from tests.core.helpers import PROBE, start_long_reply, stored_reply
 from tests.stores import ollama_model
 
 
@@ -109,31 +109,8 @@ def test_a_model_that_cannot_load_at_start_exits_1(tmp_path: Path) -> None:
     assert event["event"] == "error" and "bad.gguf" in event["message"]
 
 
-def _start_long_reply(model: Path) -> subprocess.Popen[str]:
-    """A stdin session whose first reply streams for a long time; returns once it streams."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),
-         "--temperature", "0.8", "--max-tokens", "400"],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ))
-    assert process.stdin is not None and process.stdout is not None
-    process.stdin.write("Write a very long story about the sea.\n")
-    process.stdin.flush()
-    deltas = 0
-    while deltas < 10:
-        if json.loads(process.stdout.readline())["event"] == "delta":
-            deltas += 1
-    return process
-
-
-def _stored_reply() -> str:
-    stored = json.loads(fireside("export", "--format", "json", "--all").stdout)
-    text: str = stored["conversations"][0]["messages"][1]["text"]
-    return text
-
-
 def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(gemma_path: Path) -> None:
-    process = _start_long_reply(gemma_path)
+    process = start_long_reply(gemma_path)
     assert process.stdin is not None and process.stdout is not None
     process.send_signal(signal.SIGINT)
     reply = next(e for e in map(json.loads, process.stdout) if e["event"] == "reply")
@@ -143,16 +120,16 @@ def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(gemma_path: Path) 
     rest = [json.loads(line) for line in process.stdout]
     assert rest[-1]["event"] == "reply" and rest[-1]["stopped"] is False
     assert process.wait(timeout=10) == 0
-    assert _stored_reply() == reply["text"]
+    assert stored_reply() == reply["text"]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_terminating_during_a_reply_saves_it_and_exits(sig: signal.Signals,
                                                         gemma_path: Path) -> None:
-    process = _start_long_reply(gemma_path)
+    process = start_long_reply(gemma_path)
     process.send_signal(sig)
     assert process.wait(timeout=10) == 0
-    assert _stored_reply()
+    assert stored_reply()
 
 
 def test_the_terminal_sees_other_apps_models_and_each_models_own_settings(

@@ -19,7 +19,14 @@ import pytest
 from app.core import paths, settings
 from app.core.chat import ChatService
 from app.core.store import Store, open_store
-from tests.core.helpers import GREEDY, PROBE, fill_disk, small_disk
+from tests.core.helpers import (
+    GREEDY,
+    PROBE,
+    fill_disk,
+    small_disk,
+    start_long_reply,
+    stored_reply,
+)
 from tests.core.test_cli import events, fireside
 
 TIMEOUT = 120  # a reply or a load that takes longer than this is stuck
@@ -248,41 +255,6 @@ def test_the_loaded_model_file_changing_does_not_end_the_session(
 # Signals during a reply -------------------------------------------------------------------
 
 
-def _sigint_not_ignored() -> None:
-    # A shell starts background jobs with SIGINT ignored and children inherit that,
-    # while a handled signal is reset to the default at exec: handle it here, so the
-    # chat meets the disposition a terminal user's Ctrl-C meets.
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _start_streaming(model: Path, one_shot: bool) -> subprocess.Popen[str]:
-    """A chat streaming a long reply; returns once text has arrived."""
-    story = "Write a very long story about the sea."
-    _sigint_not_ignored()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),
-         "--temperature", "0.8", "--max-tokens", "400", *([story] if one_shot else [])],
-        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-        env=dict(os.environ))
-    assert process.stdin is not None and process.stdout is not None
-    if not one_shot:
-        process.stdin.write(story + "\n")
-        process.stdin.flush()
-    deltas = 0
-    while deltas < 5:
-        if json.loads(process.stdout.readline())["event"] == "delta":
-            deltas += 1
-    return process
-
-
-def _stored_reply() -> str:
-    stored = json.loads(fireside("export", "--format", "json", "--all").stdout)
-    (conversation,) = stored["conversations"]
-    text: str = conversation["messages"][1]["text"]
-    return text
-
-
 # The stdin session's contract (Ctrl-C stops the reply and keeps the session; SIGTERM
 # and SIGHUP save and leave) is in test_cli.py. A one-shot chat has no session to keep:
 # every one of the three saves the reply so far and ends the process.
@@ -290,7 +262,7 @@ def _stored_reply() -> str:
                          ids=lambda s: s.name)
 def test_a_signal_during_a_one_shot_reply_saves_it_and_ends_the_process(
         sig: signal.Signals, gemma_path: Path) -> None:
-    process = _start_streaming(gemma_path, one_shot=True)
+    process = start_long_reply(gemma_path, one_shot=True, deltas=5)
     sent_at = time.monotonic()
     process.send_signal(sig)
     assert process.stdout is not None
@@ -298,5 +270,5 @@ def test_a_signal_during_a_one_shot_reply_saves_it_and_ends_the_process(
                        if e["event"] == "delta")
     assert process.wait(TIMEOUT) == 0
     assert time.monotonic() - sent_at < TIMEOUT
-    saved = _stored_reply()
+    saved = stored_reply()
     assert saved and len(saved) >= len(streamed) / 2
