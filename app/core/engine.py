@@ -426,6 +426,9 @@ class Engine:
         llm, self._llm, self._loaded = self._llm, None, None
         if llm is not None:
             llm.close()
+            del llm
+            gc.collect()  # a closed Llama sits in reference cycles, holding its arrays
+            llama_runtime.release_freed_memory()
 
     # Generation ------------------------------------------------------------------
 

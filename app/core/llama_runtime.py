@@ -7,6 +7,7 @@
   are quiet without touching the process's descriptors.
 - The ``Llama`` constructor has no load-progress parameter; :func:`load_progress`
   injects llama.cpp's progress callback (returning False cancels the load).
+- :func:`release_freed_memory` hands a closed model's memory back to the system.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -103,3 +105,31 @@ def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
             yield
         finally:
             llama_c.llama_model_default_params = _default_model_params
+
+
+def _glibc() -> ctypes.CDLL | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None)
+    return libc if hasattr(libc, "malloc_trim") and hasattr(libc, "mallopt") else None
+
+
+_libc = _glibc()
+if _libc is not None:
+    # glibc raises the size from which blocks get mappings of their own each time such a
+    # block is freed, so after a few loads a model's buffers land in the heap and stay
+    # resident once it is closed. Fixed, every block over 4 MB is returned when freed.
+    _libc.mallopt(-3, 1 << 22)  # M_MMAP_THRESHOLD
+
+
+def release_freed_memory() -> None:
+    """Return the heap's free pages to the system after a model is closed.
+
+    A vocabulary is hundreds of thousands of small blocks (Gemma 3: 262k tokens); glibc
+    keeps their freed pages in the heap, so without this the process stays about as
+    large as the largest model it ever loaded. Measured by switching between the two
+    bundled models eight times: 87 MB more than after the first load without this and
+    the fixed threshold above, at most 2 MB with them (and the same decode speed).
+    """
+    if _libc is not None:
+        _libc.malloc_trim(0)

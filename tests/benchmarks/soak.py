@@ -6,7 +6,7 @@ Drives one window (offscreen) with the actions of tests/ui/actions.py, some of t
 in bursts with no pause in between, and checks the window after each action and
 burst exactly as the state-machine test does. Prints actions per minute, failures,
 and resident memory after 100 actions and at the end (target: within 10 % of the
-level at 100, 0 failures).
+level at 100, 0 failures), each sampled with SmolLM2 loaded and a new chat open.
 """
 
 from __future__ import annotations
@@ -86,6 +86,17 @@ def main() -> int:
         uninstall()
 
 
+def _settled_rss(user: WindowUser, process: psutil.Process) -> int:
+    """Resident memory in one fixed state: SmolLM2 loaded and a new chat open. Each
+    model holds a different amount, so only samples taken alike can be compared."""
+    user.switch_model(0)
+    user.wait_idle()
+    user.new_chat(0)
+    user.wait_idle()
+    gc.collect()
+    return int(process.memory_info().rss)
+
+
 def _soak(window: MainWindow, user: WindowUser, problems: Problems, total: int,
           seed: int) -> int:
     rng = random.Random(seed)
@@ -112,14 +123,12 @@ def _soak(window: MainWindow, user: WindowUser, problems: Problems, total: int,
             problems.exceptions.clear()
         before, done = done, done + steps
         if before < warm_up <= done:
-            gc.collect()
-            rss_warm = process.memory_info().rss
+            rss_warm = _settled_rss(user, process)
         if done // 100 != before // 100:
             print(f"  {done} actions, {len(failures)} failures, "
-                  f"{process.memory_info().rss / 2**20:.0f} MB", flush=True)
+                  f"{_settled_rss(user, process) / 2**20:.0f} MB", flush=True)
     elapsed = time.perf_counter() - started
-    gc.collect()
-    rss_end = process.memory_info().rss
+    rss_end = _settled_rss(user, process)
 
     window.close()
     wait_until(lambda: window.is_shut_down, "closing")

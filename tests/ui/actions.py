@@ -142,7 +142,7 @@ class WindowUser:
         QTest.keyClick(composer, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
         if not self.window.composer_bar.editing:
             return  # nothing to edit (or a reply is streaming): nothing happens
-        QTest.keyClicks(composer, f" (again {choice})")
+        QTest.keyClicks(composer, f" (again {choice}) #{next(_TAGS)}")  # a new text, a new tag
         QTest.keyClick(composer, Qt.Key.Key_Return)
 
     def switch_model(self, choice: int) -> None:
@@ -253,9 +253,11 @@ class WindowUser:
             # A reply always answers a user message of its own conversation.
             assert all(roles[i - 1] == "user" for i, r in enumerate(roles) if r == "assistant"
                        and i > 0) and roles[:1] != ["assistant"], f"{cid}: {roles}"
-        tags = [text.rsplit("#", 1)[-1] for msgs in rows.values()
-                for role, text, _c in msgs if role == "user" and "#" in text]
-        assert len(tags) == len(set(tags)), "a message was stored twice"
+        tagged = [(text.rsplit("#", 1)[-1], cid, text) for cid, msgs in rows.items()
+                  for role, text, _c in msgs if role == "user" and "#" in text]
+        tags = [tag for tag, _cid, _text in tagged]
+        twice = [(cid, text) for tag, cid, text in tagged if tags.count(tag) > 1]
+        assert not twice, f"a message was stored twice: {twice}"
         transcript = self.window.transcript
         assert transcript is not None
         # Every message the transcript holds (far rows are built only when scrolled to),
