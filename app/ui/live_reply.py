@@ -18,8 +18,8 @@ from PySide6.QtGui import (
 
 from app.ui.markdown import CODE_DISPLAY_LIMIT, LINE_HEIGHT, BlockSplitter, Theme, render
 
-# The unfinished block is shown up to this many characters: replacing a longer stretch
-# of the document when the block completes would stall the window (a 1 MB code block).
+# The unfinished block is shown up to as many characters as its rendering shows of a
+# code block, so that completing it replaces little: not a whole 1 MB block.
 TAIL_DISPLAY_LIMIT = CODE_DISPLAY_LIMIT
 MORE = "\n…"  # shown after the part of a huge unfinished block that is on screen
 
@@ -79,14 +79,17 @@ class LiveReply:
         QTextCursor(self._doc).setBlockFormat(self._paragraph)
 
     def _render_block(self, block: str, rest: str) -> None:
+        # Called as MessageWidget calls it (the cache keys on the form of the call): a
+        # reply that is one block is not rendered again when it finishes.
+        rendered = render(block, self._theme, len(self.code_blocks))
+        self.code_blocks.extend(rendered.code_blocks)
+        self._done.append(block)
         cursor = QTextCursor(self._doc)
+        cursor.beginEditBlock()  # laid out once at the end, not after each change
         cursor.setPosition(self._tail_start)
         cursor.movePosition(QTextCursor.MoveOperation.End, QTextCursor.MoveMode.KeepAnchor)
         cursor.removeSelectedText()
-        rendered = render(block, self._theme, first_code=len(self.code_blocks))
-        self.code_blocks.extend(rendered.code_blocks)
         cursor.insertHtml(rendered.html)
-        self._done.append(block)
         # The tail gets a fresh, unstyled paragraph of its own.
         cursor.movePosition(QTextCursor.MoveOperation.End)
         if cursor.block().length() > 1:
@@ -99,6 +102,7 @@ class LiveReply:
         self._tail_shown = 0
         if rest:
             self._write_tail(rest)
+        cursor.endEditBlock()
 
     def _write_tail(self, text: str) -> None:
         room = TAIL_DISPLAY_LIMIT - self._tail_shown
@@ -116,11 +120,13 @@ class LiveReply:
                                                                     self._paragraph)
         # A lone "\r" would start a paragraph of its own; the final render keeps it.
         first, *lines = text.replace("\r", "").split("\n")
+        cursor.beginEditBlock()
         cursor.insertText(first, char)
         for line in lines:
             cursor.insertBlock(block, char)
             if line:
                 cursor.insertText(line, char)
+        cursor.endEditBlock()
 
     def _set_colours(self, theme: Theme) -> None:
         self._theme = theme

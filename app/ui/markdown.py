@@ -13,10 +13,11 @@ Markdown text end, so a reply can render each block once as it arrives.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from html import escape
-from typing import Any
+from typing import Any, NamedTuple
 
 from markdown_it import MarkdownIt
 from markdown_it.renderer import RendererHTML
@@ -30,20 +31,34 @@ from pygments.util import ClassNotFound
 SAFE_SCHEMES = frozenset({"http", "https", "mailto"})
 COPY_CODE_PREFIX = "fireside:copy/"  # + block index: the Copy link of a code block
 
-# Limits, measured on a 2-core machine where markdown-it parses prose at ~4 µs a
-# character and Pygments highlights at ~5 µs a character: each keeps one render well
-# under 0.2 s. Beyond them content is still shown, only plainer.
+# Limits, measured on a 2-core machine: markdown-it parses prose at ~2 µs a character,
+# Pygments highlights at ~1 µs, Qt lays out what is shown at ~0.4 µs. Code blocks and
+# tables too long to show whole are cut out before parsing (a 1 MB block renders in
+# 5 ms, not 40; a 5,000-row table in 3 ms, not 0.7 s), so they cost what is shown:
+# 20,000 characters of code lay out in ~8 ms, once as the block completes in a
+# streamed reply and once in its final render, which may fall between the same two
+# frames. Beyond the limits content is still shown, only plainer.
 PROSE_LIMIT = 40_000  # characters outside code blocks; a longer message is plain text
 HIGHLIGHT_LIMIT = 20_000  # characters of code in one message that get syntax colours
-CODE_DISPLAY_LIMIT = 50_000  # characters of one code block shown; Copy still gets all
-CODE_DISPLAY_BUDGET = 150_000  # characters of code shown in one message
+CODE_DISPLAY_LIMIT = 20_000  # characters of one code block shown; Copy still gets all
+CODE_DISPLAY_BUDGET = 60_000  # characters of code shown in one message
 TABLE_ROW_LIMIT = 200  # a longer table is shown as its source text
 PLAIN_DISPLAY_LIMIT = 200_000  # characters of a plain-text message shown
 
 LINE_HEIGHT = 130  # percent, for prose; code stays tight
 
-_FENCE_OPEN = re.compile(r"( {0,3})(`{3,}|~{3,})([^`]*)$")
+_FENCE_OPEN = re.compile(r"( {0,3})(`{3,}|~{3,})(.*)$")
 _FENCE_CLOSE = re.compile(r" {0,3}(`{3,}|~{3,})[ \t\r]*$")
+# Lines that may open or close a fence, or be the delimiter row under a table's head,
+# with the "\n" before them: a literal start lets the scan skip ahead quickly.
+_BLOCK_LINE = re.compile(r"\n( {0,3}(?:(?:`{3,}|~{3,}).*|[|:-][-:| \t]*$))", re.M)
+_TABLE_CELL = re.compile(r":?-+:?")
+_PIPE = re.compile(r"(?<!\\)\|")
+# Where a table ends, as markdown-it ends one: at a blank line, indented code, or a line
+# that starts a quote, heading, list, rule or fence.
+_TABLE_END = re.compile(r"""\n(?: [ \t]*$ | \ {0,3}\t | \ {4}
+    | \ {0,3}(?: > | \#{1,6}(?:[ \t]|$) | (?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)
+               | (?:[-*_][ \t]*){3,}$ | `{3,}[^`\n]*$ | ~{3} ))""", re.M | re.X)
 
 
 @dataclass(frozen=True)
@@ -101,11 +116,15 @@ def render(text: str, theme: Theme, first_code: int = 0) -> Rendered:
 
     Cached: reopening a conversation or switching palettes back renders nothing twice.
     """
-    if _prose_length(text) > PROSE_LIMIT:
+    source, cuts = _cut_big_blocks(_normalise(text))
+    if _prose_length(source) > PROSE_LIMIT:
         return Rendered(_plain_html(text, theme), ())
     env: dict[str, Any] = {"theme": theme, "code": [], "first_code": first_code,
                            "highlight": HIGHLIGHT_LIMIT, "display": CODE_DISPLAY_BUDGET}
-    tokens = _shrink_tables(_MD.parse(text, env), text)
+    tokens = _shrink_tables(_MD.parse(source, env), source)
+    if cuts:  # each empty fence standing in for a block gets the block back
+        tokens = [cuts.get(t.map[0], t) if t.type == "fence" and t.map else t
+                  for t in tokens]
     html = _MD.renderer.render(tokens, _MD.options, env).rstrip()  # Qt shows a trailing "\n"
     return Rendered(html, tuple(env["code"]))
 
@@ -129,7 +148,7 @@ class BlockSplitter:
         self._head = ""
         self._line_blank = True
         self._after_blank = False
-        self._fence: tuple[str, int, int] | None = None  # char, length, indent
+        self._fence: _Fence | None = None
 
     @property
     def in_fence(self) -> bool:
@@ -162,19 +181,15 @@ class BlockSplitter:
     def _end_line(self, next_start: int) -> None:
         head = self._head
         if self._fence is not None:
-            char, length, indent = self._fence
-            close = _FENCE_CLOSE.match(head)
-            if close and close.group(1)[0] == char and len(close.group(1)) >= length:
-                self._fence = None
-                if indent == 0:
+            if _closes(head, self._fence):
+                if self._fence.indent == 0:
                     self.committed = next_start
+                self._fence = None
         elif self._line_blank:
             self._after_blank = next_start - 1 > self.committed
         else:
             self._after_blank = False
-            fence = _FENCE_OPEN.match(head.rstrip("\r"))
-            if fence and not (fence.group(2)[0] == "`" and "`" in fence.group(3)):
-                self._fence = (fence.group(2)[0], len(fence.group(2)), len(fence.group(1)))
+            self._fence = _opens(head.rstrip("\r"))
         self._line_start = next_start
         self._head = ""
         self._line_blank = True
@@ -182,24 +197,144 @@ class BlockSplitter:
 
 # Rendering ------------------------------------------------------------------------
 
+class _Fence(NamedTuple):
+    char: str
+    length: int
+    indent: int
+    info: str
+
+
+def _opens(line: str) -> _Fence | None:
+    """The fence ``line`` opens, if it opens one."""
+    match = _FENCE_OPEN.match(line)
+    if not match or (match[2][0] == "`" and "`" in match[3]):  # no "`" after "```"
+        return None
+    return _Fence(match[2][0], len(match[2]), len(match[1]), match[3])
+
+
+def _closes(line: str, fence: _Fence) -> bool:
+    match = _FENCE_CLOSE.match(line)
+    return match is not None and match[1][0] == fence.char and len(match[1]) >= fence.length
+
+
+class _Block(NamedTuple):
+    """A fenced code block or a table, as offsets into the text."""
+
+    start: int  # of its first line
+    body: int  # where what Copy gets starts: the code, or the table from its head
+    end: int  # where that ends
+    stop: int  # after its last line
+    fence: _Fence | None  # None for a table
+    rows: int = 0  # of a table, its head included
+
+
+def _blocks(text: str) -> Iterator[_Block]:
+    """The fenced code blocks and tables of ``text``, in order.
+
+    Linear, and quick even for megabytes: only lines that may open or close a fence or
+    be a table's delimiter row are looked at in Python.
+    """
+    fence: _Fence | None = None
+    opening = resume = 0  # where the open fence starts; where the last table ends
+    for line in _BLOCK_LINE.finditer("\n" + text):
+        start = line.start()  # of the "\n" before it, so of the line in ``text``
+        if fence is not None:
+            if _closes(line[1][:80], fence):
+                yield _Block(opening, _after(text, opening), start, _after(text, start), fence)
+                fence = None
+        elif start < resume:
+            continue
+        elif (fence := _opens(line[1][:80])) is not None:
+            opening = start
+        elif (table := _table(text, start)) is not None and table.start >= resume:
+            yield table
+            resume = table.stop
+    if fence is not None:
+        yield _Block(opening, _after(text, opening), len(text), len(text), fence)
+
+
+def _after(text: str, start: int) -> int:
+    """Where the line after the one at ``start`` begins."""
+    newline = text.find("\n", start)
+    return len(text) if newline < 0 else newline + 1
+
+
+def _table(text: str, delimiter: int) -> _Block | None:
+    """The table whose delimiter row starts at ``delimiter``, if its head is unindented."""
+    if delimiter == 0:
+        return None
+    head = text.rfind("\n", 0, delimiter - 1) + 1
+    line = text[head:delimiter - 1]
+    if "|" not in line or line[0] in " \t":
+        return None
+    cells = _PIPE.split(line.strip())
+    if cells and cells[0] == "":
+        cells.pop(0)
+    if cells and cells[-1] == "":
+        cells.pop()
+    body = _after(text, delimiter)
+    if not cells or len(cells) != _columns(text[delimiter:body].strip()):
+        return None
+    end = _TABLE_END.search(text, body - 1)
+    stop = end.start() + 1 if end else len(text)
+    unended = stop == len(text) > body and not text.endswith("\n")  # a last row with no "\n"
+    return _Block(head, head, stop, stop, None, 1 + text.count("\n", body, stop) + unended)
+
+
+def _columns(row: str) -> int:
+    """How many columns a table's delimiter row sets (0: it is not one)."""
+    if len(row) < 2 or row[1] not in "|-: \t" or row.startswith(("- ", "-\t")):
+        return 0
+    cells = row.split("|")  # an empty cell is allowed only at either end
+    cells = [c.strip() for i, c in enumerate(cells) if c.strip() or 0 < i < len(cells) - 1]
+    return len(cells) if all(_TABLE_CELL.fullmatch(cell) for cell in cells) else 0
+
+
 def _prose_length(text: str) -> int:
     """Characters outside fenced code: what markdown-it's slow inline parser sees."""
     if len(text) <= PROSE_LIMIT:
         return len(text)
-    fenced = 0
-    fence: tuple[str, int] | None = None
-    for line in text.split("\n"):
-        if fence is None:
-            match = _FENCE_OPEN.match(line[:80].rstrip("\r"))
-            if match:
-                fence = (match.group(2)[0], len(match.group(2)))
+    return len(text) - sum(b.end - b.body for b in _blocks(text) if b.fence)
+
+
+def _normalise(text: str) -> str:
+    """Line ends and NULs as markdown-it reads them, so that lines are numbered alike."""
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    return text.replace("\0", "\ufffd") if "\0" in text else text
+
+
+def _cut_big_blocks(text: str) -> tuple[str, dict[int, Token]]:
+    """``text`` with each code block or table too long to show whole replaced by an
+    empty fence, and the token each of those fences stands for, by its line.
+
+    markdown-it would spend long on what is not shown. Only blocks whose first line is
+    unindented are cut: such a line starts a top-level block wherever it stands (except
+    a table right under a list item or quote, which markdown-it would read as more of
+    its paragraph); a huge block inside a list or quote is parsed and cut afterwards.
+    """
+    parts: list[str] = []
+    cuts: dict[int, Token] = {}
+    done = line = 0
+    for block in _blocks(text):
+        if block.fence is None and block.rows > TABLE_ROW_LIMIT:
+            token = _big_table(text[block.body:block.end].removesuffix("\n"), block.rows)
+        elif block.fence and block.fence.indent == 0 \
+                and block.end - block.body > CODE_DISPLAY_LIMIT:
+            token = Token("fence", "code", 0, info=block.fence.info,
+                          content=text[block.body:block.end])
         else:
-            close = _FENCE_CLOSE.match(line[:80])
-            if close and close.group(1)[0] == fence[0] and len(close.group(1)) >= fence[1]:
-                fence = None
-            else:
-                fenced += len(line) + 1
-    return len(text) - fenced
+            continue
+        parts.append(text[done:block.start])
+        line += text.count("\n", done, block.start)
+        cuts[line] = token
+        parts.append("```\n```\n")
+        line += 2
+        done = block.stop
+    if not cuts:
+        return text, cuts
+    parts.append(text[done:])
+    return "".join(parts), cuts
 
 
 def _plain_html(text: str, theme: Theme) -> str:
@@ -227,7 +362,7 @@ def _code_block(code: str, language: str, env: dict[str, Any]) -> str:
         hidden = code.count("\n", cut) + (not code.endswith("\n"))
         note = f"{hidden:,} more lines not shown. Copy gets the whole block."
     env["display"] -= len(shown)
-    if len(shown) <= env["highlight"]:
+    if not note and len(shown) <= env["highlight"]:  # only a whole block gets colours
         env["highlight"] -= len(shown)
         body = _highlight(shown.removesuffix("\n"), language, theme)
     else:
@@ -278,7 +413,10 @@ def _formatter(style: str) -> HtmlFormatter[str]:
 
 
 def _shrink_tables(tokens: list[Token], text: str) -> list[Token]:
-    """Replace tables too long for Qt's table layout by their source text."""
+    """Replace tables too long for Qt's table layout by their source text.
+
+    Top-level ones are already cut before parsing; this catches those in a list or quote.
+    """
     out: list[Token] = []
     lines: list[str] | None = None
     index = 0
@@ -289,17 +427,19 @@ def _shrink_tables(tokens: list[Token], text: str) -> list[Token]:
                          if tokens[i].type == "table_close" and tokens[i].level == token.level)
             rows = sum(t.type == "tr_open" for t in tokens[index:close])
             if rows > TABLE_ROW_LIMIT:
-                if lines is None:  # numbered as markdown-it numbers them
-                    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-                big = Token("big_table", "", 0, map=token.map, level=token.level)
-                big.content = "\n".join(lines[token.map[0]:token.map[1]])
-                big.meta = {"rows": rows}
-                out.append(big)
+                if lines is None:
+                    lines = text.split("\n")
+                out.append(_big_table("\n".join(lines[token.map[0]:token.map[1]]), rows))
                 index = close + 1
                 continue
         out.append(token)
         index += 1
     return out
+
+
+def _big_table(source: str, rows: int) -> Token:
+    """A table shown as its source text."""
+    return Token("big_table", "", 0, content=source, meta={"rows": rows})
 
 
 class _Renderer(RendererHTML):

@@ -1,9 +1,10 @@
 """A reply written to harm or to hang the window, streamed in as the chat controller
 streams it: raw HTML, script, links and images to remote and local addresses, a
-5,000-row table, a 1 MB code block. Nothing is fetched or opened, and all of it is
-shown. (What the renderer makes of each construct is checked in test_markdown.py;
-clicking unsafe links in test_transcript.py; how long the GUI thread stalls while
-such replies render is measured by tests/benchmarks/bench_hostile.py.)"""
+5,000-row table, a 1 MB code block. Nothing is fetched or opened; all of it is shown,
+or of a huge block as much as stays quick, with a note, and Copy gets the whole block.
+(What the renderer makes of each construct is checked in test_markdown.py; clicking
+unsafe links in test_transcript.py; how long the GUI thread stalls while such replies
+render is measured by tests/benchmarks/bench_hostile.py.)"""
 
 from __future__ import annotations
 
@@ -13,11 +14,14 @@ import pytest
 from PySide6.QtCore import QObject, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtTest import QTest
+from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.ui.chat_controller import DELIVERY_MS
+from app.ui.markdown import COPY_CODE_PREFIX
 from app.ui.message_widget import MessageText
 from app.ui.transcript import TranscriptView
+from tests.ui.test_transcript import anchor_point, click
 from tests.ui.test_window import _Heartbeat
 
 pytestmark = pytest.mark.slow
@@ -113,6 +117,23 @@ def test_a_hostile_reply_fetches_nothing_and_opens_nothing(
     assert row.role == "assistant" and row.markdown() == text
     assert asked == [], "a message view was asked to load something"
     assert opened.urls == [], "something was opened without a click"
+
+
+@pytest.mark.parametrize(("text", "note", "copied"), [
+    (HUGE_TABLE, "A table of 5,001 rows, shown as text.",
+     HUGE_TABLE.removeprefix("Here it is:\n\n").removesuffix("\n")),
+    (HUGE_CODE, "more lines not shown. Copy gets the whole block.",
+     HUGE_CODE.removeprefix("```python\n").removesuffix("```\n")),
+], ids=["table-5000-rows", "code-1MB"])
+def test_copy_gets_all_of_a_block_too_long_to_show(
+        view: TranscriptView, qtbot: QtBot, text: str, note: str, copied: str) -> None:
+    stream(view, text)
+    shown = view.message_widgets()[-1].text
+    assert note in shown.toPlainText()
+    assert len(shown.toPlainText()) < len(copied) / 10
+    with qtbot.waitSignal(view.copy_done):
+        click(qtbot, shown, anchor_point(shown, f"{COPY_CODE_PREFIX}0"))
+    assert QApplication.clipboard().text() == copied
 
 
 def test_raw_html_in_a_reply_is_shown_as_the_text_it_is(

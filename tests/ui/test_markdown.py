@@ -188,10 +188,15 @@ def test_message_text_loads_nothing_even_when_asked(qtbot: QtBot, tmp_path: Path
 # Enormous input --------------------------------------------------------------------
 
 def test_huge_table_is_shown_as_text(qtbot: QtBot) -> None:
-    rows = "".join(f"| {i} | item {i} |\n" for i in range(5000))
-    rendered = render(f"Here:\n\n| n | name |\n|---|---|\n{rows}", LIGHT)
+    table = "| n | name |\n|---|---|\n" + "".join(f"| {i} | item {i} |\n" for i in range(5000))
+    rendered = render(f"Here **it** is:\n\n{table}", LIGHT)
     assert rendered.html.count("<tr") < 10, "no 5,000-row rich table"
-    assert "| 4999 | item 4999 |" in rendered.html
+    assert "<strong>it</strong>" in rendered.html, "the table leaves the rest Markdown"
+    assert "A table of 5,001 rows, shown as text." in rendered.html
+    shown = len(re.findall(r"\| \d+ \| item", rendered.html))
+    assert "| 0 | item 0 |" in rendered.html and 0 < shown < 5000
+    assert f"{5000 - shown:,} more lines not shown. Copy gets the whole block." in rendered.html
+    assert rendered.code_blocks == (table.removesuffix("\n"),)
 
 
 def test_long_table_becomes_copyable_text(qtbot: QtBot) -> None:
@@ -225,7 +230,7 @@ def test_code_budget_is_shared_by_the_blocks_of_a_message(qtbot: QtBot) -> None:
     highlighted = [part.count('<span style="color') > 0
                    for part in rendered.html.split(markdown.COPY_CODE_PREFIX)[1:]]
     assert highlighted == [True, True, False], "colours for the first 20,000 characters"
-    big = "```\n" + "y\n" * 20_000 + "```\n\n"  # 40,000 characters each
+    big = "```\n" + "y\n" * (markdown.CODE_DISPLAY_BUDGET * 2 // 15) + "```\n\n"  # 4/15 each
     rendered = render(big * 5, LIGHT)
     assert len(rendered.code_blocks) == 5, "each one still copyable whole"
     assert rendered.html.count("more lines not shown") == 2, "the 4th is cut, the 5th empty"
@@ -237,6 +242,48 @@ def test_a_single_enormous_line_is_cut(qtbot: QtBot) -> None:
     rendered = render(f"```json\n{line}\n```", LIGHT)
     assert rendered.code_blocks == (line + "\n",)
     assert len(rendered.html) < 2 * markdown.CODE_DISPLAY_LIMIT
+
+
+def test_markdown_around_huge_blocks_still_renders(qtbot: QtBot) -> None:
+    code = "x = 1\n" * markdown.CODE_DISPLAY_LIMIT
+    table = "| n |\n|---|\n" + "".join(f"| {i} |\n" for i in range(5000))
+    text = (f"See [the docs][d].\n\n```python\n{code}```\nThen **this**:\n{table}"
+            "- one\n- two\n\n[d]: https://example.org/docs\n")
+    rendered = render(text, LIGHT)
+    assert rendered.code_blocks == (code, table.removesuffix("\n")), "Copy gets each whole"
+    assert f"{markdown.COPY_CODE_PREFIX}1" in rendered.html
+    assert "A table of 5,001 rows, shown as text." in rendered.html
+    assert "<strong>this</strong>" in rendered.html and "<li>two</li>" in rendered.html
+    assert anchors(document(text)) == {"the docs": "https://example.org/docs",
+                                       "Copy": f"{markdown.COPY_CODE_PREFIX}1"}
+
+
+def _parsed_whole(text: str) -> markdown.Rendered:
+    """``text`` rendered the slow way: nothing cut out before markdown-it parses it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(markdown, "_cut_big_blocks", lambda source: (source, {}))
+        return markdown.render.__wrapped__(text, LIGHT)
+
+
+_LIMIT, _ROWS = markdown.CODE_DISPLAY_LIMIT, markdown.TABLE_ROW_LIMIT
+_MARKDOWN_BLOCKS = st.sampled_from([
+    "Some **text** with [a link][ref] and `code`.", "- one\n- two", "> quoted",
+    "```python\nx = 1\n```", "~~~\n" + "y\n" * (_LIMIT // 2) + "~~~",  # exactly the limit
+    "```python\n" + "y = [1]\n" * (_LIMIT // 8 + 1) + "```",  # just over it
+    "~~~~ js\n" + "z;\n" * _LIMIT + "~~~~~",
+    "| a | b |\n|:--|--:|\n" + "| 1 | *2* \\| |\n" * (_ROWS - 1),  # the limit, with its head
+    "a | b\n--- | ---\n" + "1 | 2\n" * _ROWS + "# After the table",
+    "| x |\n|---|\n" + "| `y` |\n" * 3 * _ROWS + "- a list right after",
+    "[ref]: https://example.org/ref",
+])
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(_MARKDOWN_BLOCKS, min_size=1, max_size=5), st.sampled_from(["\n", "\r\n"]))
+def test_blocks_cut_before_parsing_look_as_if_parsed_whole(blocks: list[str],
+                                                           newline: str) -> None:
+    text = "\n\n".join(blocks).replace("\n", newline)
+    assert markdown.render.__wrapped__(text, LIGHT) == _parsed_whole(text)
 
 
 def test_huge_prose_is_shown_as_plain_text(qtbot: QtBot) -> None:
