@@ -21,12 +21,10 @@ from typing import Any, TextIO
 
 from app.core import catalog, settings
 from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import Engine, EngineError, LoadedModel
+from app.core.engine import EXIT_CLOSE_S, EXIT_SAVE_S, Engine, EngineError, LoadedModel
 from app.core.models import choose_model
 from app.core.options import LoadOptions, Sampling
 from app.core.store import Store, StoreError, open_store
-
-STOP_GRACE_S = 1.5  # after a stop, how long to wait for the reply to be saved
 
 
 class _Terminated(Exception):
@@ -116,7 +114,7 @@ def run_chat(args: argparse.Namespace) -> int:
         return 0
     finally:
         _restore_signal_handlers(previous_handlers)
-        engine.close()
+        engine.close(timeout=EXIT_CLOSE_S)
         store.close()
 
 
@@ -162,11 +160,12 @@ def _load(chat: ChatService, path: Path, options: LoadOptions,
 
 
 def _wait(future: Future[Any], on_interrupt: Any) -> Any:
-    """Wait for ``future``; a first Ctrl-C calls ``on_interrupt`` and keeps waiting."""
+    """Wait for ``future``; a first Ctrl-C calls ``on_interrupt`` and keeps waiting (a
+    stopped reply or a cancelled load ends within a token), a second one leaves."""
     interrupted = False
     while True:
         try:
-            return future.result(timeout=None if not interrupted else STOP_GRACE_S)
+            return future.result()
         except KeyboardInterrupt:
             if interrupted:
                 raise
@@ -221,7 +220,7 @@ class _Session:
             turn.stop()
             # Give the reply a moment to be saved before leaving.
             with contextlib.suppress(Exception):  # leaving anyway
-                turn.future.result(timeout=STOP_GRACE_S)
+                turn.future.result(timeout=EXIT_SAVE_S)
             raise
         except EngineError as err:
             self.out.error(str(err))

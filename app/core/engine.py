@@ -40,6 +40,13 @@ T = TypeVar("T")
 BATCH_SIZE = 512
 
 
+# Leaving (a signal, the window closed): a stopped reply gets EXIT_SAVE_S to be saved,
+# then the model EXIT_CLOSE_S to close. Past that the process exits anyway (the system
+# frees the model; the database stays whole), so leaving never takes much over 1.5 s.
+EXIT_SAVE_S = 1.0
+EXIT_CLOSE_S = 0.5
+
+
 class EngineError(Exception):
     """Something the user should read: the message is written for them."""
 

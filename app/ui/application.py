@@ -57,7 +57,9 @@ def run(args: argparse.Namespace) -> int:
     app.exec()
     release_signals()
     if window.controller is not None and not window.is_shut_down:
-        window.controller.engine.close(timeout=2.0)  # the loop ended some other way
+        from app.core.engine import EXIT_CLOSE_S  # noqa: PLC0415 - loaded by the controller
+
+        window.controller.engine.close(timeout=EXIT_CLOSE_S)  # the loop ended some other way
     if "app.ui.event_loop" in sys.modules:
         from app.ui import event_loop  # noqa: PLC0415 - only if the core was started
 

@@ -24,7 +24,15 @@ from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core import catalog, sources
 from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import Engine, EngineError, LoadCancelled, LoadedModel, NoModelLoaded
+from app.core.engine import (
+    EXIT_CLOSE_S,
+    EXIT_SAVE_S,
+    Engine,
+    EngineError,
+    LoadCancelled,
+    LoadedModel,
+    NoModelLoaded,
+)
 from app.core.models import choose_model
 from app.core.options import Sampling
 from app.core.settings import Settings
@@ -39,8 +47,6 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DELIVERY_MS = 33  # streamed text reaches the transcript about 30 times a second
-STOP_GRACE_S = 1.0  # closing: how long a stopped reply may take to be saved
-CLOSE_TIMEOUT_S = 1.5  # closing: how long the inference thread may take to finish
 
 
 class ChatController(QObject):
@@ -234,8 +240,8 @@ class ChatController(QObject):
         self.engine.cancel_load()
         task = self._stream_task
         if task is not None and not task.done():
-            await asyncio.wait([task], timeout=STOP_GRACE_S)
-        if not self.engine.close(timeout=CLOSE_TIMEOUT_S):
+            await asyncio.wait([task], timeout=EXIT_SAVE_S)
+        if not self.engine.close(timeout=EXIT_CLOSE_S):
             logger.warning("the inference thread did not finish in time")
         pending = [task for task in self._tasks if task is not asyncio.current_task()
                    and not task.done()]
