@@ -132,8 +132,13 @@ def watch_list(folders: Sequence[tuple[Path, str]], disabled: Iterable[str] = ()
 
 def app_stores(disabled: Iterable[str] = (), place: sources.Place | None = None) -> list[Source]:
     """The other apps' model stores found on this computer, less those switched off."""
+    return switched_on(sources.discover(place), disabled)
+
+
+def switched_on(found: Iterable[Source], disabled: Iterable[str]) -> list[Source]:
+    """Of the discovered stores, those present and not switched off in settings."""
     off = set(disabled)
-    return [s for s in sources.discover(place) if s.found and s.key not in off]
+    return [s for s in found if s.found and s.key not in off]
 
 
 def source_label(source: str) -> str:
@@ -269,7 +274,11 @@ def display_name(metadata: Mapping[str, object], path: Path) -> str:
     # e.g. "Smollm2 135M 8k Lc100K Mix1 Ep2" for SmolLM2-135M-Instruct.Q4_1.gguf
     if isinstance(finetune, str) and finetune.replace("-", " ").casefold() in name.casefold():
         return _clean_stem(path)
-    return name.strip()
+    name = name.strip()
+    size = metadata.get("general.size_label")
+    if isinstance(size, str) and size and name.casefold().endswith(f" {size.casefold()}"):
+        name = name[:-len(size)] + size  # "Gemma 3 270m": the size as it is usually written
+    return name
 
 
 def _clean_stem(path: Path) -> str:

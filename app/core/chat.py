@@ -174,6 +174,12 @@ class ChatService:
         self.conversation_id = conversation_id
         return history
 
+    def history(self) -> list[Message]:
+        """The open conversation's messages, including any not saved yet."""
+        if self.conversation_id is None:
+            return []
+        return self._history(self.conversation_id)
+
     @property
     def unsaved(self) -> int:
         """How many messages wait in memory because the disk refused them."""

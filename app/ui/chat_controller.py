@@ -549,11 +549,10 @@ class ChatController(QObject):
         return self.store
 
     def _history(self) -> list[Message]:
-        conversation_id = self.conversation_id
-        if conversation_id is None or self.store is None:
+        if self.chat is None:
             return []
         try:
-            return self.store.messages(conversation_id)
+            return self.chat.history()  # with any messages the disk refused
         except StoreError as err:
             messages.error(str(err))
             return []
@@ -590,8 +589,7 @@ def _find_models(folders: Sequence[tuple[Path, str]], disabled: frozenset[str]
                  ) -> tuple[list[catalog.ModelEntry], list[sources.Source]]:
     """The models in the folders and in the other apps' stores that are switched on."""
     found = sources.discover()
-    stores = [s for s in found if s.found and s.key not in disabled]
-    return catalog.scan(folders, stores), found
+    return catalog.scan(folders, catalog.switched_on(found, disabled)), found
 
 
 def _open_store() -> Store:

@@ -7,16 +7,18 @@ import json
 import os
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import pytest
 
 from app.core import templates
 from app.core.engine import Engine, PromptPlan, Reply, Sampling, Session
+from app.core.store import Store
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, seed=1)
 PROBE = "What is the capital of France?"
@@ -132,3 +134,25 @@ def stored_reply() -> str:
     (conversation,) = json.loads(exported.stdout)["conversations"]
     text: str = conversation["messages"][1]["text"]
     return text
+
+
+def database_with_a_damaged_page(path: Path, messages_root: bool = False) -> None:
+    """A real conversation database with one page overwritten by garbage: a page in the
+    middle of the file, or the root page of the messages table (which opening never
+    reads)."""
+    with Store(path) as first:
+        conversation = first.create_conversation("t", "m")
+        for i in range(300):
+            first.add_message(conversation.id, "user", f"message {i} " * 20)
+    with closing(sqlite3.connect(path)) as db:
+        page_size = db.execute("PRAGMA page_size").fetchone()[0]
+        if messages_root:
+            (root,) = db.execute(
+                "SELECT rootpage FROM sqlite_schema WHERE name = 'messages'").fetchone()
+            page = root - 1
+        else:
+            page = db.execute("PRAGMA page_count").fetchone()[0] // 2
+    data = bytearray(path.read_bytes())
+    start = page * page_size
+    data[start:start + page_size] = bytes((i * 7 + 3) % 256 for i in range(page_size))
+    path.write_bytes(bytes(data))

@@ -55,7 +55,7 @@ def test_describe_real_models(smollm2_path: Path, gemma_path: Path) -> None:
         assert entry.parameter_count == header.parameter_count
     assert (smol.architecture, smol.quantization, smol.has_chat_template) == ("llama", "Q4_1", True)
     # Gemma's general.name reads well; SmolLM2's is a training-run label, so its file names it.
-    assert (gemma.name, smol.name) == ("Gemma 3 270m", "SmolLM2-135M-Instruct")
+    assert (gemma.name, smol.name) == ("Gemma 3 270M", "SmolLM2-135M-Instruct")
     assert (gemma.architecture, gemma.quantization, gemma.has_chat_template) == (
         "gemma3",
         "Q4_K_M",

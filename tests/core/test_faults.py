@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from app.core.store import Store, open_store
 from tests.core.helpers import (
     GREEDY,
     PROBE,
+    database_with_a_damaged_page,
     fill_disk,
     small_disk,
     start_long_reply,
@@ -112,28 +112,13 @@ def test_the_terminal_answers_on_a_full_disk_and_says_it_was_not_saved(
 # Damaged files ------------------------------------------------------------------------
 
 
-def _real_database_with_a_damaged_page(path: Path) -> None:
-    with Store(path) as first:
-        conversation = first.create_conversation("t", "m")
-        for i in range(300):
-            first.add_message(conversation.id, "user", f"message {i} " * 20)
-    db = sqlite3.connect(path)
-    page_size = db.execute("PRAGMA page_size").fetchone()[0]
-    pages = db.execute("PRAGMA page_count").fetchone()[0]
-    db.close()
-    data = bytearray(path.read_bytes())
-    start = (pages // 2) * page_size  # a page in the middle of the file
-    data[start:start + page_size] = bytes((i * 7 + 3) % 256 for i in range(page_size))
-    path.write_bytes(bytes(data))
-
-
 @pytest.mark.parametrize("damage", ["not a database", "a damaged page"])
 def test_a_damaged_database_is_set_aside_and_a_new_one_started(damage: str) -> None:
     path = paths.database_path()
     if damage == "not a database":
         path.write_bytes(b"this is a shopping list, not a database\n" * 200)
     else:
-        _real_database_with_a_damaged_page(path)
+        database_with_a_damaged_page(path)
     damaged = path.read_bytes()
     result = fireside("chat", "--json", "--temperature", "0", "--max-tokens", "8", PROBE)
     assert result.returncode == 0, result.stderr

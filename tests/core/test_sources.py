@@ -128,8 +128,8 @@ def test_settings_of_the_apps_move_their_folders(
     assert store("gpt4all").folders == (gpt4all,)
     assert store("jan").folders == (jan / "llamacpp/models",)
     entries = entries_of()
-    assert sorted(e.name for e in entries) == ["Gemma 3 270m", "smol"]  # LM Studio names it
-    gemma = by_name(entries)["Gemma 3 270m"]
+    assert sorted(e.name for e in entries) == ["Gemma 3 270M", "smol"]  # LM Studio names it
+    gemma = by_name(entries)["Gemma 3 270M"]
     assert gemma.source == sources.GPT4ALL
 
 

@@ -543,18 +543,7 @@ def test_a_file_that_is_not_a_database_is_reported_as_damaged(db_path: Path) -> 
 
 def test_damage_is_reported_at_open_even_where_opening_does_not_read(
         db_path: Path) -> None:
-    with Store(db_path) as first:
-        conversation = first.create_conversation("t", "m")
-        for i in range(200):
-            first.add_message(conversation.id, "user", f"message {i} " * 20)
-    db = sqlite3.connect(db_path)
-    page_size = db.execute("PRAGMA page_size").fetchone()[0]
-    (root,) = db.execute("SELECT rootpage FROM sqlite_schema WHERE name = 'messages'").fetchone()
-    db.close()
-    data = bytearray(db_path.read_bytes())
-    start = (root - 1) * page_size
-    data[start:start + page_size] = bytes((i * 7 + 3) % 256 for i in range(page_size))
-    db_path.write_bytes(bytes(data))
+    helpers.database_with_a_damaged_page(db_path, messages_root=True)
     with pytest.raises(CorruptDatabaseError, match="damaged"):
         Store(db_path)
 

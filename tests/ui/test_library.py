@@ -31,7 +31,7 @@ def test_models_added_and_removed_in_other_apps_come_and_go(
     window = open_window()
     assert listed(window.picker)["SmolLM2-135M-Instruct"] == "Bundled"
     lmstudio = link(gemma_path, home / ".lmstudio/models/google/gemma/gemma-3-270m.gguf")
-    qtbot.waitUntil(lambda: listed(window.picker).get("Gemma 3 270m") == "Bundled",
+    qtbot.waitUntil(lambda: listed(window.picker).get("Gemma 3 270M") == "Bundled",
                     timeout=LIVE_MS)  # the same file as a bundled one: listed once
     lmstudio.unlink()
     manifest = ollama_model(home / ".ollama/models", "qwen-like:0.1b",
@@ -61,7 +61,7 @@ def test_a_model_only_another_app_has_is_listed_from_there_and_can_go_while_load
     lmstudio = link(smollm2_path.with_name("gemma-3-270m-q4_k_m.gguf"),
                     home / ".lmstudio/models/g/g/gemma.gguf")
     qtbot.waitUntil(lambda: listed(window.picker) == {"smollm2:135m": "Ollama",
-                                                      "Gemma 3 270m": "LM Studio"},
+                                                      "Gemma 3 270M": "LM Studio"},
                     timeout=LIVE_MS)
     assert tree(blob_store) == before  # read in place, nothing written
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
@@ -62,6 +63,11 @@ def test_a_full_disk_keeps_the_reply_on_screen_and_saves_it_when_room_returns(
     assert "disk is full" in problem and "saved as soon as there is room" in problem
     assert window.message_bar.notice is not None
     assert saved_rows()[conversation][:len(before)] == before, "nothing earlier is lost"
+    # Held in memory, the message is still the one Ctrl+E brings back to edit.
+    qtbot.keyClick(window.composer, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
+    assert window.composer_bar.editing and window.composer.text() == "Name a colour."
+    qtbot.keyClick(window.composer, Qt.Key.Key_Escape)
+    assert not window.composer_bar.editing
 
     filler.unlink()
     send(qtbot, window, "What is two plus two?")
