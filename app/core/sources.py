@@ -120,11 +120,13 @@ def is_partial_name(name: str) -> bool:
     return bool(_PARTIAL.search(name))
 
 
-def gguf_files(folder: Path, walked: set[tuple[int, int]]) -> Iterator[Path]:
+def gguf_files(folder: Path, walked: set[tuple[int, int]],
+               follow_links: bool = True) -> Iterator[Path]:
     """Files named *.gguf under folder; unreadable folders are passed over.
 
-    Symbolic links are followed; `walked` holds the folders already seen, so a link
-    loop or a folder reached twice is walked once.
+    Symbolic links are followed unless ``follow_links`` is False (then telling a folder
+    from a file costs no system call); `walked` holds the folders already seen, so a
+    link loop or a folder reached twice is walked once.
     """
     if folder.name.lower().endswith(".gguf") and not folder.is_dir():
         yield folder  # a model file given where a folder was expected
@@ -148,7 +150,7 @@ def gguf_files(folder: Path, walked: set[tuple[int, int]]) -> Iterator[Path]:
                     yield Path(item.path)
                 continue
             try:
-                if item.is_dir():
+                if item.is_dir(follow_symlinks=follow_links):
                     subfolders.append(Path(item.path))
             except OSError:
                 continue
@@ -352,7 +354,9 @@ def _hf_files(hub: Path) -> list[Found]:
     for repo in repos:
         repo_id = "/".join(repo.name[len("models--"):].split("--"))
         walked: set[tuple[int, int]] = set()
-        for path in gguf_files(repo / "snapshots", walked):
+        # In a snapshot, folders are real and every link points at a file in blobs/:
+        # not following links spares a stat per file (a cache holds thousands).
+        for path in gguf_files(repo / "snapshots", walked, follow_links=False):
             found.append(Found(path, HUGGING_FACE, repo_id, add_quantization=True))
     return found
 

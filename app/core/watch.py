@@ -5,7 +5,9 @@ places (network drives, other users' folders, links into the Hugging Face cache)
 where inotify/FSEvents/ReadDirectoryChangesW are partly blind, and a download in
 progress must be told from a finished file by watching its size settle, which
 notifications do not say. Polling a few hundred `stat` calls every half second costs
-well under a millisecond of a core and behaves the same on every system.
+well under a millisecond of a core and behaves the same on every system. A very large
+tree (a Hugging Face cache of thousands of files) is polled less often, so that
+watching never takes more than a small share of a core.
 """
 
 from __future__ import annotations
@@ -13,12 +15,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 INTERVAL_S = 0.5  # a change is reported about two polls after it ends: within ~1 s
+MAX_SHARE = 0.02  # of one core's time spent polling: the wait grows with a poll's cost
 
 Snapshot = dict[str, tuple[int, int]]
 
@@ -78,6 +82,7 @@ class Watcher:
         reported: Snapshot | None = None
         previous: Snapshot | None = None
         while not self._stop.is_set():
+            started = time.thread_time()  # this thread's own work, not time waiting for a core
             try:
                 current = snapshot(self._listing())
             except Exception:  # a listing that fails must not end the watching
@@ -91,4 +96,5 @@ class Watcher:
                 except Exception:
                     logger.exception("a model folder change could not be handled")
             previous = current
-            self._stop.wait(self._interval)
+            cost = time.thread_time() - started
+            self._stop.wait(max(self._interval, cost / MAX_SHARE))

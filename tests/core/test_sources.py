@@ -66,12 +66,17 @@ def test_every_store_is_found_named_and_read_in_place(
 
 
 def test_hugging_face_names_are_the_repository_and_quantization(
-        home: Path, gemma_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        home: Path, gemma_path: Path, smollm2_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
     hub = home / "elsewhere/hub"
     monkeypatch.setenv("HF_HUB_CACHE", str(hub))
     hf_model(hub, "unsloth/gemma-3-270m-it-GGUF", gemma_path, "gemma-3-270m-it-Q4_K_M.gguf")
-    [entry] = entries_of()
-    assert entry.name == "unsloth/gemma-3-270m-it-GGUF:Q4_K_M"
+    # Repositories with many quantizations keep each in a folder of its own.
+    hf_model(hub, "someone/SmolLM2-GGUF", smollm2_path, "Q4_1/SmolLM2-135M-Q4_1.gguf")
+    named = by_name(entries_of())
+    assert sorted(named) == ["someone/SmolLM2-GGUF:Q4_1", "unsloth/gemma-3-270m-it-GGUF:Q4_K_M"]
+    assert named["someone/SmolLM2-GGUF:Q4_1"].usable
+    entry = named["unsloth/gemma-3-270m-it-GGUF:Q4_K_M"]
     assert entry.source == sources.HUGGING_FACE
     assert catalog.find([entry], "unsloth/gemma-3-270m-it-GGUF:Q4_K_M") == entry
 
