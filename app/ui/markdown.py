@@ -350,7 +350,7 @@ def _note(text: str, theme: Theme) -> str:
     return f'<p style="color: {theme.muted}; font-style: italic;">{escape(text)}</p>'
 
 
-def _code_block(code: str, language: str, env: dict[str, Any]) -> str:
+def _code_block(code: str, language: str, env: dict[str, Any], label: str = "") -> str:
     theme: Theme = env["theme"]
     index = env["first_code"] + len(env["code"])
     env["code"].append(code)
@@ -367,7 +367,7 @@ def _code_block(code: str, language: str, env: dict[str, Any]) -> str:
         body = _highlight(shown.removesuffix("\n"), language, theme)
     else:
         body = escape(shown.removesuffix("\n"), quote=False)
-    label = escape(language) if language else "code"
+    label = escape(label or language or "code")
     edge = f"1px solid {theme.border}"
     head = f"padding: 4px 12px; background-color: {theme.code_header}; border-top: {edge};"
     note_row = (
@@ -455,8 +455,9 @@ class _Renderer(RendererHTML):
 
     def big_table(self, tokens: Any, idx: int, options: Any, env: Any) -> str:
         token = tokens[idx]
-        note = _note(f"A table of {token.meta['rows']:,} rows, shown as text.", env["theme"])
-        return note + _code_block(token.content, "", env)
+        rows = token.meta["rows"] - 1  # its head aside
+        note = _note(f"A table of {rows:,} rows, shown as text.", env["theme"])
+        return note + _code_block(token.content, "", env, label="table")
 
     def image(self, tokens: Any, idx: int, options: Any, env: Any) -> str:
         token = tokens[idx]

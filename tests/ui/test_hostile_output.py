@@ -120,7 +120,7 @@ def test_a_hostile_reply_fetches_nothing_and_opens_nothing(
 
 
 @pytest.mark.parametrize(("text", "note", "copied"), [
-    (HUGE_TABLE, "A table of 5,001 rows, shown as text.",
+    (HUGE_TABLE, "A table of 5,000 rows, shown as text.",
      HUGE_TABLE.removeprefix("Here it is:\n\n").removesuffix("\n")),
     (HUGE_CODE, "more lines not shown. Copy gets the whole block.",
      HUGE_CODE.removeprefix("```python\n").removesuffix("```\n")),

@@ -192,7 +192,7 @@ def test_huge_table_is_shown_as_text(qtbot: QtBot) -> None:
     rendered = render(f"Here **it** is:\n\n{table}", LIGHT)
     assert rendered.html.count("<tr") < 10, "no 5,000-row rich table"
     assert "<strong>it</strong>" in rendered.html, "the table leaves the rest Markdown"
-    assert "A table of 5,001 rows, shown as text." in rendered.html
+    assert "A table of 5,000 rows, shown as text." in rendered.html
     shown = len(re.findall(r"\| \d+ \| item", rendered.html))
     assert "| 0 | item 0 |" in rendered.html and 0 < shown < 5000
     assert f"{5000 - shown:,} more lines not shown. Copy gets the whole block." in rendered.html
@@ -202,7 +202,8 @@ def test_huge_table_is_shown_as_text(qtbot: QtBot) -> None:
 def test_long_table_becomes_copyable_text(qtbot: QtBot) -> None:
     rows = "".join(f"| {i} | x |\n" for i in range(1000))
     rendered = render(f"Here:\n\n| n | v |\n|---|---|\n{rows}", LIGHT)
-    assert "A table of 1,001 rows, shown as text." in rendered.html
+    assert "A table of 1,000 rows, shown as text." in rendered.html
+    assert ">table</span>" in rendered.html, "labelled as what it is"
     assert rendered.html.count("<tr") < 10
     assert rendered.code_blocks[0].endswith("| 999 | x |")
 
@@ -252,7 +253,7 @@ def test_markdown_around_huge_blocks_still_renders(qtbot: QtBot) -> None:
     rendered = render(text, LIGHT)
     assert rendered.code_blocks == (code, table.removesuffix("\n")), "Copy gets each whole"
     assert f"{markdown.COPY_CODE_PREFIX}1" in rendered.html
-    assert "A table of 5,001 rows, shown as text." in rendered.html
+    assert "A table of 5,000 rows, shown as text." in rendered.html
     assert "<strong>this</strong>" in rendered.html and "<li>two</li>" in rendered.html
     assert anchors(document(text)) == {"the docs": "https://example.org/docs",
                                        "Copy": f"{markdown.COPY_CODE_PREFIX}1"}
