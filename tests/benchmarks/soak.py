@@ -33,8 +33,7 @@ from PySide6.QtWidgets import QApplication
 from app.core import bundled, settings
 from app.ui import application, theme
 from app.ui.window import MainWindow
-from tests.gguf_files import copy_with_metadata
-from tests.ui.actions import ACTIONS, Problems, WindowUser, wait_until
+from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until
 
 ACTIONS_DEFAULT = 1000
 WARM_UP = 100  # memory is compared against its level after this many actions
@@ -49,14 +48,9 @@ def main() -> int:
     os.environ["FIRESIDE_DATA_DIR"] = str(home / "data")
     os.environ["FIRESIDE_CONFIG_DIR"] = str(home / "config")
 
-    smollm2 = bundled.bundled_dir() / bundled.DEFAULT_MODEL_FILE
-    gemma = bundled.bundled_dir() / bundled.GEMMA_FILE
     folder = home / "models"
-    folder.mkdir()
-    damaged = folder / "damaged.gguf"
-    damaged.write_bytes(b"not a model at all" * 64)
-    refused = copy_with_metadata(smollm2, folder / "refused.gguf",
-                                 {"general.architecture": "notanarch"})
+    models = model_files(folder, bundled.bundled_dir() / bundled.DEFAULT_MODEL_FILE,
+                         bundled.bundled_dir() / bundled.GEMMA_FILE)
     prefs = settings.Settings(temperature=0.0, seed=1, max_tokens=REPLY_TOKENS,
                               context_size=2048)
     settings.save(prefs)
@@ -80,8 +74,7 @@ def main() -> int:
 
     qInstallMessageHandler(on_qt_message)
     try:
-        return _soak(window, WindowUser(window, [smollm2, gemma, damaged, refused], problems),
-                     problems, total, seed)
+        return _soak(window, WindowUser(window, models, problems), problems, total, seed)
     finally:
         uninstall()
 

@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 import shiboken6
 from PySide6.QtCore import Qt
 from PySide6.QtTest import QTest
-from PySide6.QtWidgets import QLineEdit, QPushButton, QSpinBox, QWidget
+from PySide6.QtWidgets import QLineEdit, QListView, QPushButton, QSpinBox, QWidget
 
 from app.core import paths
 from app.ui import messages
@@ -32,6 +32,7 @@ from app.ui.conversation_model import ID_ROLE
 from app.ui.message_column import MessageColumn
 from app.ui.messages import Notice
 from app.ui.window import MainWindow
+from tests.gguf_files import copy_with_metadata
 
 IDLE_TIMEOUT_S = 120.0  # a busy 2-core machine stays far inside this; a deadlock does not
 FOCUS_TIMEOUT_S = 10.0
@@ -42,6 +43,17 @@ ACTIONS = ("send", "stop", "new_chat", "switch_model", "regenerate", "edit_last"
            "open_conversation", "rename", "delete", "change_setting")
 W = TypeVar("W", bound=QWidget)
 _TAGS = itertools.count(1)  # one per message sent in this process: each is findable
+
+
+def model_files(folder: Path, smollm2: Path, gemma: Path) -> list[Path]:
+    """What the user picks among: both models, and in ``folder`` a file that is not
+    GGUF and one llama.cpp refuses."""
+    folder.mkdir()
+    damaged = folder / "damaged.gguf"
+    damaged.write_bytes(b"not a model at all" * 64)
+    refused = copy_with_metadata(smollm2, folder / "refused.gguf",
+                                 {"general.architecture": "notanarch"})
+    return [smollm2, gemma, damaged, refused]
 
 
 class Deadlock(AssertionError):
@@ -164,11 +176,9 @@ class WindowUser:
 
     def rename(self, choice: int) -> None:
         """Select a conversation, F2, type a title, Enter."""
-        row = self._conversation_row(choice)
-        if row is None:
+        view = self._select_conversation(choice)
+        if view is None:
             return
-        view = self._focus(self.window.sidebar.list)
-        view.setCurrentIndex(self.window.sidebar.model.index(row))
         QTest.keyClick(view, Qt.Key.Key_F2)
         editor = next((e for e in view.findChildren(QLineEdit) if e.isVisible()), None)
         if editor is None:
@@ -183,11 +193,9 @@ class WindowUser:
 
     def delete(self, choice: int) -> None:
         """Select a conversation and press Delete; with an odd choice, click Undo."""
-        row = self._conversation_row(choice)
-        if row is None:
+        view = self._select_conversation(choice)
+        if view is None:
             return
-        view = self._focus(self.window.sidebar.list)
-        view.setCurrentIndex(self.window.sidebar.model.index(row))
         QTest.keyClick(view, Qt.Key.Key_Delete)
         if choice % 2:
             bar = self.window.message_bar
@@ -214,6 +222,15 @@ class WindowUser:
         widget.setFocus(Qt.FocusReason.MouseFocusReason)
         wait_until(widget.hasFocus, f"the focus in {widget.objectName()}", FOCUS_TIMEOUT_S)
         return widget
+
+    def _select_conversation(self, choice: int) -> QListView | None:
+        """Click a conversation in the sidebar (its list keeps the focus); None if none."""
+        row = self._conversation_row(choice)
+        if row is None:
+            return None
+        view = self._focus(self.window.sidebar.list)
+        view.setCurrentIndex(self.window.sidebar.model.index(row))
+        return view
 
     def _conversation_row(self, choice: int) -> int | None:
         model = self.window.sidebar.model

@@ -21,6 +21,7 @@ from PySide6.QtWidgets import QApplication
 from app.core import paths, settings
 from app.ui import messages
 from app.ui.messages import Level, Notice
+from app.ui.transcript import TranscriptView
 from app.ui.window import MainWindow
 
 LOAD_TIMEOUT_MS = 40_000
@@ -47,6 +48,17 @@ class Notices(list[Notice]):
         found = [n for n in self if n.level is level]
         assert found, f"no {level.value} notice; got {self.texts()}"
         return found[-1]
+
+
+@pytest.fixture
+def view(qtbot: Any) -> TranscriptView:
+    """A transcript on screen at a window's size, on its own."""
+    widget = TranscriptView()
+    qtbot.addWidget(widget)
+    widget.resize(900, 700)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
 
 
 @pytest.fixture

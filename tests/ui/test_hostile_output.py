@@ -82,16 +82,6 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return requests
 
 
-@pytest.fixture
-def view(qtbot: QtBot) -> TranscriptView:
-    widget = TranscriptView()
-    qtbot.addWidget(widget)
-    widget.resize(900, 700)
-    widget.show()
-    qtbot.waitExposed(widget)
-    return widget
-
-
 def stream(view: TranscriptView, text: str) -> float:
     """Stream ``text`` into a new reply as the controller delivers it, finish it, and
     return the longest stall of the GUI thread meanwhile (seconds)."""

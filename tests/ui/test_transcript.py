@@ -5,7 +5,6 @@ from __future__ import annotations
 import itertools
 import re
 import time
-from collections.abc import Iterator
 
 import pytest
 from PySide6.QtCore import QPoint, Qt, QUrl
@@ -57,16 +56,6 @@ def conversation(count: int) -> list[Message]:
     return [message("user", f"Question {i}: how do I total a CSV column?") if i % 2 == 0
             else message("assistant", f"Answer {i}.\n\n{REPLY}", STATS)
             for i in range(count)]
-
-
-@pytest.fixture
-def view(qtbot: QtBot) -> Iterator[TranscriptView]:
-    widget = TranscriptView()
-    qtbot.addWidget(widget)
-    widget.resize(900, 700)
-    widget.show()
-    qtbot.waitExposed(widget)
-    yield widget
 
 
 def scroll_bar(view: TranscriptView) -> QScrollBar:

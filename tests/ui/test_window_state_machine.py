@@ -20,8 +20,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from tests.gguf_files import copy_with_metadata
-from tests.ui.actions import ACTIONS, Problems, WindowUser, wait_until
+from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until
 from tests.ui.conftest import WindowFactory, close_window, greedy_settings
 
 pytestmark = pytest.mark.slow
@@ -36,20 +35,13 @@ BUDGET = settings(max_examples=2, stateful_step_count=10, deadline=None, derando
 
 
 @pytest.fixture
-def model_files(tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> list[Path]:
-    """Both models, a file that is not GGUF and one llama.cpp refuses, in one folder."""
-    folder = tmp_path / "models"
-    folder.mkdir()
-    damaged = folder / "damaged.gguf"
-    damaged.write_bytes(b"not a model at all" * 64)
-    refused = copy_with_metadata(smollm2_path, folder / "refused.gguf",
-                                 {"general.architecture": "notanarch"})
-    return [smollm2_path, gemma_path, damaged, refused]
+def models(tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> list[Path]:
+    return model_files(tmp_path / "models", smollm2_path, gemma_path)
 
 
 def test_any_sequence_of_user_actions_keeps_the_window_consistent(
         open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
-        model_files: list[Path], qtbot: Any) -> None:
+        models: list[Path], qtbot: Any) -> None:
     greedy_settings(max_tokens=12)
     problems = Problems()
     uninstall = problems.install(qasync_loop)
@@ -57,8 +49,8 @@ def test_any_sequence_of_user_actions_keeps_the_window_consistent(
     class UserSession(RuleBasedStateMachine):
         def __init__(self) -> None:
             super().__init__()
-            self.window = open_window([model_files[2].parent])
-            self.user = WindowUser(self.window, model_files, problems)
+            self.window = open_window([models[2].parent])
+            self.user = WindowUser(self.window, models, problems)
 
         def teardown(self) -> None:
             close_window(qtbot, self.window)  # one window (and model) at a time
