@@ -420,31 +420,27 @@ class _ReplySaver:
                 return
             self._last_save = time.monotonic()
             current = "".join(self._parts)
-        self._try(lambda: self._store.update_reply(self._row(), current))
+        self._try(lambda row: self._store.update_reply(row, current))
 
     def finish(self, reply: Reply) -> bool:
         stats = asdict(reply.stats)
-        return self._try(lambda: self._store.finish_reply(self._row(), reply.text, stats))
+        return self._try(lambda row: self._store.finish_reply(row, reply.text, stats))
 
     def abandon(self) -> None:
         """The reply failed before any text: remove its empty row."""
         with self._lock:
             text = "".join(self._parts)
         if text:
-            self._try(lambda: self._store.finish_reply(self._row(), text, {"stopped": True}))
+            self._try(lambda row: self._store.finish_reply(row, text, {"stopped": True}))
         else:
-            self._try(lambda: self._store.delete_messages_from(self._row()))
+            self._try(self._store.delete_messages_from)
 
-    def _row(self) -> int:
-        if self._message_id is None:
-            raise StoreError("The reply is held in memory until earlier messages are saved.")
-        return self._message_id
-
-    def _try(self, write: Callable[[], object]) -> bool:
+    def _try(self, write: Callable[[int], object]) -> bool:
+        """Write to the reply's row; False if it has none (held in memory) or the write failed."""
         if self._message_id is None:
             return False
         try:
-            write()
+            write(self._message_id)
         except StoreError as err:
             self.error = str(err)
             logger.warning("reply not saved: %s", err)

@@ -194,7 +194,7 @@ class ChatController(QObject):
     def edit_last(self, text: str, conversation_id: int | None) -> asyncio.Task[None]:
         """Replace the last user message (and its reply) of the conversation with ``text``
         and send it; if another conversation is open by then, send ``text`` there instead."""
-        return self._spawn(self._send(text, edit=True, conversation_id=conversation_id))
+        return self._spawn(self._send(text, edit_in=conversation_id))
 
     def regenerate(self) -> asyncio.Task[None]:
         return self._spawn(self._regenerate())
@@ -368,16 +368,15 @@ class ChatController(QObject):
             self._save_settings()
             self.model_loaded.emit(loaded)
 
-    async def _send(self, text: str, edit: bool = False,
-                    conversation_id: int | None = None) -> None:
+    async def _send(self, text: str, edit_in: int | None = None) -> None:
+        """Send ``text``; as an edit of the last message if ``edit_in`` is still open."""
         async with self._lock:
             if self._closed:
                 return
             await self._settle()
             chat = self._chat()
             before = None
-            if edit and chat.conversation_id is not None \
-                    and chat.conversation_id == conversation_id:
+            if edit_in is not None and chat.conversation_id == edit_in:
                 history = self._history()
                 users = [i for i, m in enumerate(history) if m.role == "user"]
                 before = history[:users[-1]] if users else history

@@ -79,9 +79,7 @@ class LiveReply:
         QTextCursor(self._doc).setBlockFormat(self._paragraph)
 
     def _render_block(self, block: str, rest: str) -> None:
-        # Called as MessageWidget calls it (the cache keys on the form of the call): a
-        # reply that is one block is not rendered again when it finishes.
-        rendered = render(block, self._theme, len(self.code_blocks))
+        rendered = render(block, self._theme, first_code=len(self.code_blocks))
         self.code_blocks.extend(rendered.code_blocks)
         self._done.append(block)
         cursor = QTextCursor(self._doc)

@@ -110,12 +110,17 @@ def document_stylesheet(theme: Theme) -> str:
     )
 
 
-@lru_cache(maxsize=128)
 def render(text: str, theme: Theme, first_code: int = 0) -> Rendered:
     """Render ``text`` as HTML; Copy links of code blocks count from ``first_code``.
 
-    Cached: reopening a conversation or switching palettes back renders nothing twice.
+    Cached: reopening a conversation, switching palettes back or finishing a reply that
+    is one block renders nothing twice.
     """
+    return _render(text, theme, first_code)  # one cache key however it is called
+
+
+@lru_cache(maxsize=128)
+def _render(text: str, theme: Theme, first_code: int) -> Rendered:
     source, cuts = _cut_big_blocks(_normalise(text))
     if _prose_length(source) > PROSE_LIMIT:
         return Rendered(_plain_html(text, theme), ())

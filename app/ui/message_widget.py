@@ -360,7 +360,7 @@ class MessageWidget(QFrame):
     # Inside -------------------------------------------------------------------
 
     def _render(self) -> None:
-        rendered = render(self._markdown, self._theme, 0)  # as LiveReply calls it
+        rendered = render(self._markdown, self._theme)
         self._code_blocks = rendered.code_blocks
         self.text.document().setDefaultStyleSheet(document_stylesheet(self._theme))
         width = self.width()

@@ -31,22 +31,16 @@ DETAILS_ROLE = Qt.ItemDataRole.UserRole + 2
 SOURCE_ROLE = Qt.ItemDataRole.UserRole + 3  # where the model came from: "LM Studio"...
 
 
-def file_size(size_bytes: int) -> str:
-    if size_bytes >= 1e9:
-        return f"{size_bytes / 1e9:.1f} GB"
-    return f"{size_bytes / 1e6:,.0f} MB"
-
-
 def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
     """Size label, quantization, file size and the memory it will take once loaded at
     ``n_ctx`` (None: its default context) — or why the model cannot be used."""
     if entry.error:
         return f"Cannot be used: {entry.error}"
-    parts = [d for d in (entry.size_label, entry.quantization) if d]
-    if entry.size_bytes:
-        parts.append(file_size(entry.size_bytes))
     from app.core import memory  # noqa: PLC0415 - reads headers: not before the first paint
 
+    parts = [d for d in (entry.size_label, entry.quantization) if d]
+    if entry.size_bytes:
+        parts.append(memory.format_bytes(entry.size_bytes))
     needed = memory.entry_estimate(entry, n_ctx)
     if needed is not None:
         parts.append(f"≈ {memory.format_bytes(needed.total)} in memory")

@@ -164,7 +164,7 @@ def bench_open(app: QApplication) -> None:
         view.resize(*SIZE)
         view.show()
         settle()
-        markdown.render.cache_clear()  # measure a conversation never shown before
+        markdown._render.cache_clear()  # measure a conversation never shown before
         start = time.perf_counter()
         view.set_messages(messages)
         app.processEvents()  # first paint
@@ -188,7 +188,7 @@ def bench_scroll(app: QApplication) -> None:
     view.show()
     view.set_messages(conversation(500))
     settle(0.5)
-    markdown.render.cache_clear()
+    markdown._render.cache_clear()
     bar = view.findChild(QScrollArea, "transcriptScroll").verticalScrollBar()
     frames = []
     while bar.value() > 0 or view.unbuilt_count():

@@ -263,7 +263,7 @@ def _parsed_whole(text: str) -> markdown.Rendered:
     """``text`` rendered the slow way: nothing cut out before markdown-it parses it."""
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(markdown, "_cut_big_blocks", lambda source: (source, {}))
-        return markdown.render.__wrapped__(text, LIGHT)
+        return markdown._render.__wrapped__(text, LIGHT, 0)
 
 
 _LIMIT, _ROWS = markdown.CODE_DISPLAY_LIMIT, markdown.TABLE_ROW_LIMIT
@@ -284,7 +284,7 @@ _MARKDOWN_BLOCKS = st.sampled_from([
 def test_blocks_cut_before_parsing_look_as_if_parsed_whole(blocks: list[str],
                                                            newline: str) -> None:
     text = "\n\n".join(blocks).replace("\n", newline)
-    assert markdown.render.__wrapped__(text, LIGHT) == _parsed_whole(text)
+    assert markdown._render.__wrapped__(text, LIGHT, 0) == _parsed_whole(text)
 
 
 def test_huge_prose_is_shown_as_plain_text(qtbot: QtBot) -> None:
