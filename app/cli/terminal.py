@@ -19,7 +19,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
-from app.core import catalog, settings
+from app.core import catalog, cpu_backends, settings
 from app.core.chat import ChatResult, ChatService, ChatTurn
 from app.core.engine import EXIT_CLOSE_S, EXIT_SAVE_S, Engine, EngineError, LoadedModel
 from app.core.models import choose_model
@@ -85,6 +85,9 @@ def run_chat(args: argparse.Namespace) -> int:
     load_options, sampling, system_prompt = _model_settings(prefs, model_path, args)
 
     engine = Engine()
+    cpu_notice = cpu_backends.notice()
+    if cpu_notice:
+        out.notice(cpu_notice)
     status = 0
     try:
         store = open_store()
@@ -230,7 +233,8 @@ class _Session:
         self.out.event("reply", text=result.reply.text, prompt_tokens=stats.prompt_tokens,
                        cached_tokens=stats.cached_tokens, tokens=stats.tokens,
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
-                       stopped=stats.stopped, dropped_turns=stats.dropped_turns)
+                       stopped=stats.stopped, finish_reason=stats.finish_reason,
+                       dropped_turns=stats.dropped_turns)
         if not self.out.as_json:
             if stats.stopped:
                 self.out.note("[stopped]")

@@ -7,6 +7,9 @@
   are quiet without touching the process's descriptors.
 - The ``Llama`` constructor has no load-progress parameter; :func:`load_progress`
   injects llama.cpp's progress callback (returning False cancels the load).
+- A llama.cpp built with AMX kernels (not by Fireside: see packaging/llama_build.py)
+  crashes on Intel CPUs with AMX. Loads then keep weights out of its AMX buffer type
+  (``use_extra_bufts=False``), the only way into those kernels.
 - :func:`release_freed_memory` hands a closed model's memory back to the system.
 """
 
@@ -77,6 +80,10 @@ llama_internals.suppress_stdout_stderr = _no_redirect  # type: ignore[attr-defin
 _default_model_params = llama_c.llama_model_default_params
 _params_lock = threading.Lock()
 
+# Compile-time features of the CPU backend llama.cpp uses (the variant picked for this
+# CPU, in a portable build).
+HAS_AMX_KERNELS = b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
 
 @contextlib.contextmanager
 def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
@@ -97,6 +104,8 @@ def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
     def params_with_progress() -> llama_cpp.llama_model_params:
         params: llama_cpp.llama_model_params = _default_model_params()
         params.progress_callback = callback
+        if HAS_AMX_KERNELS:
+            params.use_extra_bufts = False
         return params
 
     with _params_lock:

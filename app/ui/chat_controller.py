@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.core import catalog, sources
+from app.core import catalog, cpu_backends, sources
 from app.core.chat import ChatResult, ChatService, ChatTurn
 from app.core.engine import (
     EXIT_CLOSE_S,
@@ -97,6 +97,9 @@ class ChatController(QObject):
         self._models_dirs = list(models_dirs)
         self._save_settings = save_settings
         self.engine = Engine()
+        cpu_notice = cpu_backends.notice()
+        if cpu_notice:
+            messages.warning(cpu_notice)
         self.store: Store | None = None
         self.chat: ChatService | None = None
         self.entries: list[catalog.ModelEntry] = []

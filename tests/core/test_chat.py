@@ -19,6 +19,7 @@ from app.core.chat import ChatService
 from app.core.engine import Engine, LoadOptions, PromptTooLong, Sampling
 from app.core.store import Store
 from tests.core.helpers import GREEDY, PROBE
+from tests.reference import Reference
 
 
 @pytest.fixture
@@ -31,10 +32,11 @@ def chat(smollm2_path: Path) -> Iterator[ChatService]:
     store.close()
 
 
-def test_a_message_and_its_reply_are_stored(chat: ChatService) -> None:
+def test_a_message_and_its_reply_are_stored(chat: ChatService, reference: Reference,
+                                            smollm2_path: Path) -> None:
     pieces: list[str] = []
     result = chat.send(PROBE, GREEDY, on_piece=pieces.append).future.result()
-    assert "Paris" in result.reply.text and result.saved
+    assert result.reply.text == reference.reply(smollm2_path, PROBE, GREEDY) and result.saved
     assert "".join(pieces) == result.reply.text
     conversation = chat.conversation()
     assert conversation is not None and "capital of France" in conversation.title
@@ -67,7 +69,8 @@ def test_switching_model_keeps_the_conversation(chat: ChatService, gemma_path: P
     assert messages[-1].stats["model"] != messages[1].stats["model"]  # type: ignore[index]
 
 
-def test_regenerate_and_edit_replace_the_last_turn(chat: ChatService) -> None:
+def test_regenerate_and_edit_replace_the_last_turn(chat: ChatService, reference: Reference,
+                                                   smollm2_path: Path) -> None:
     chat.send("Name a color.", Sampling(temperature=1.0, max_tokens=12, seed=1)).future.result()
     regenerated = chat.regenerate(Sampling(temperature=1.0, max_tokens=12, seed=2)).future.result()
     conversation_id = regenerated.conversation_id
@@ -77,7 +80,10 @@ def test_regenerate_and_edit_replace_the_last_turn(chat: ChatService) -> None:
     edited = chat.edit_last(PROBE, GREEDY).future.result()
     messages = chat.store.messages(conversation_id)
     assert [m.text for m in messages] == [PROBE, edited.reply.text]
-    assert "Paris" in edited.reply.text
+    # The model was asked the edited question alone: the prompt a new chat would build.
+    assert edited.reply.stats.prompt_tokens == len(
+        reference.prompt_tokens(smollm2_path, PROBE, GREEDY))
+    assert edited.reply.text.strip() and edited.reply.stats.finish_reason in {"stop", "length"}
 
 
 def test_a_full_context_drops_the_oldest_turns(smollm2_path: Path) -> None:

@@ -26,6 +26,7 @@ from app.core.engine import (
     default_threads,
 )
 from tests.core.helpers import GREEDY, PROBE, ask, fresh_process_reply, rss_bytes, user
+from tests.reference import Reference
 
 
 @pytest.fixture
@@ -43,9 +44,12 @@ def smol_engine(smollm2_path: Path) -> Iterator[Engine]:
     assert eng.close()
 
 
-def test_smollm2_answers_the_probe(smol_engine: Engine) -> None:
+def test_smollm2_answers_the_probe(smol_engine: Engine, reference: Reference,
+                                   smollm2_path: Path) -> None:
+    smol_engine.clear().result()
     reply = ask(smol_engine, user(PROBE))
-    assert "Paris" in reply.text
+    # Word for word what llama-cpp-python itself answers on this machine.
+    assert reply.text == reference.reply(smollm2_path, PROBE, GREEDY)
     assert reply.stats.finish_reason in {"stop", "length"}
     assert reply.stats.tokens > 0 and reply.stats.prompt_tokens > 5
 
@@ -68,6 +72,27 @@ def test_gemma_without_template_gets_gemma_turns(engine: Engine, gemma_path: Pat
     assert len(turn_token) == 1 and prompts[0].count(turn_token[0]) == 2
     # With the llama-2 fallback this base model answers nothing at all.
     assert reply.text.strip()
+
+
+@pytest.mark.parametrize("model", ["smollm2", "gemma"])
+def test_prompts_are_the_tokens_llama_cpp_python_builds(model: str, engine: Engine,
+                                                        reference: Reference,
+                                                        request: pytest.FixtureRequest) -> None:
+    """Fireside's template rendering gives the model what its own chat format gives it."""
+    path = request.getfixturevalue(f"{model}_path")
+    engine.load(path).result()
+    conversation = [*user(PROBE), {"role": "assistant", "content": "Paris."},
+                    {"role": "user", "content": "And of Italy?"}]
+    prompts: list[list[int]] = []
+
+    def build(session: Session) -> PromptPlan:
+        from app.core import templates
+
+        prompts.append(session.encode(templates.render(session.template, conversation)))
+        return PromptPlan(prompts[-1])
+
+    engine.generate(build, Sampling(temperature=0.0, max_tokens=1)).future.result()
+    assert prompts[0] == reference.prompt_tokens(path, conversation, GREEDY)
 
 
 def test_user_text_is_tokenized_as_text(smol_engine: Engine) -> None:
@@ -104,11 +129,12 @@ def test_new_chat_clears_history_but_keeps_the_model(smol_engine: Engine) -> Non
 def test_continuing_a_chat_reuses_the_cached_prefix(smol_engine: Engine) -> None:
     smol_engine.clear().result()
     messages = user("Name a fruit.")
+    previous_prompt = 0
     for turn in range(10):
         reply = ask(smol_engine, messages)
-        if turn > 0:
-            # Everything up to the previous reply is already in the sequence.
-            assert reply.stats.cached_tokens >= reply.stats.prompt_tokens - 40
+        # The whole previous prompt is already in the sequence (whatever the reply said).
+        assert reply.stats.cached_tokens >= previous_prompt
+        previous_prompt = reply.stats.prompt_tokens
         messages = [*messages, {"role": "assistant", "content": reply.text},
                     {"role": "user", "content": f"Another one, number {turn + 2}."}]
 
@@ -144,27 +170,35 @@ def test_stop_during_generation_keeps_the_text_so_far(engine: Engine, gemma_path
         lambda s: PromptPlan(s.encode(_render(s, "Write a very long story about a dragon."))),
         Sampling(temperature=0.8, max_tokens=2000, seed=3), on_piece)
     assert started.wait(60)
-    stop_sent_at.append(len(pieces))
     handle.stop()
+    stop_sent_at.append(len(pieces))  # counted once the stop is set: no race with a piece
     reply = handle.future.result(timeout=5)
     assert reply.stats.stopped and reply.stats.finish_reason == "stopped"
     assert reply.text == "".join(pieces)
-    # At most the token being decoded when the stop arrived comes after it.
+    # At most the token being decoded when the stop was counted comes after it.
     assert len(pieces) - stop_sent_at[0] <= 1
 
 
-def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path) -> None:
+def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,
+                                       reference: Reference) -> None:
     engine.load(smollm2_path).result()
-    long_prompt = " ".join(f"word{i}" for i in range(1200))  # about 5,000 tokens
+    long_prompt = " ".join(f"word{i}" for i in range(1700))  # about 7,000 tokens
     handle = engine.generate(lambda s: PromptPlan(s.encode(_render(s, long_prompt))),
                              GREEDY)
-    time.sleep(0.5)  # well inside the several seconds this prompt takes on this machine
-    assert not handle.future.done()
+    # The reply is active once its prompt is being read: no token can come before that.
+    deadline = time.monotonic() + 30
+    while engine._active is not handle and not handle.future.done():
+        assert time.monotonic() < deadline, "the reply never started"
+        time.sleep(0.001)
     handle.stop()
     reply = handle.future.result(timeout=10)
     assert reply.stats.stopped and reply.stats.tokens == 0
-    # The engine is still usable right after an aborted prompt.
-    assert "Paris" in ask(engine, user(PROBE)).text
+    # The engine is still usable right after an aborted prompt...
+    after = ask(engine, user(PROBE))
+    assert after.text.strip() and after.stats.finish_reason in {"stop", "length"}
+    # ...and a new chat answers as llama-cpp-python itself does.
+    engine.clear().result()
+    assert ask(engine, user(PROBE)).text == reference.reply(smollm2_path, PROBE, GREEDY)
 
 
 def test_close_mid_generation_finishes_the_thread(gemma_path: Path) -> None:
@@ -233,11 +267,14 @@ def test_load_reports_progress_and_can_be_cancelled(engine: Engine, smollm2_path
     assert ask(engine, user(PROBE)).text == baseline
 
 
-def test_prompt_too_long_gets_a_clear_error(engine: Engine, smollm2_path: Path) -> None:
+def test_prompt_too_long_gets_a_clear_error(engine: Engine, smollm2_path: Path,
+                                            reference: Reference) -> None:
     engine.load(smollm2_path, LoadOptions(n_ctx=512)).result()
     with pytest.raises(PromptTooLong, match="too long"):
         ask(engine, user("hello " * 2000))
-    assert "Paris" in ask(engine, user(PROBE)).text
+    # Nothing of the refused prompt was read: the next one is answered from scratch.
+    answer = reference.reply(smollm2_path, PROBE, GREEDY, n_ctx=512)
+    assert ask(engine, user(PROBE)).text == answer
 
 
 def test_generation_without_a_model_says_so(engine: Engine) -> None:

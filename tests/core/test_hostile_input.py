@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import unicodedata
-from pathlib import PurePosixPath, PureWindowsPath
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 from hypothesis import given, settings
@@ -19,6 +19,7 @@ from app.core.engine import PromptTooLong, Sampling
 from app.core.export import _readable, export_json, export_markdown, safe_filename
 from app.core.store import Store
 from tests.core.helpers import GREEDY, PROBE
+from tests.reference import Reference
 
 TIMEOUT = 120
 SHORT = Sampling(temperature=0.0, max_tokens=4, seed=1)
@@ -32,7 +33,8 @@ HOSTILE = [
 ]
 
 
-def test_a_1_mb_paste_is_refused_clearly_and_kept(chat: ChatService) -> None:
+def test_a_1_mb_paste_is_refused_clearly_and_kept(chat: ChatService, reference: Reference,
+                                                  smollm2_path: Path) -> None:
     with pytest.raises(PromptTooLong, match="too long for the model's context"):
         chat.send(HUGE, GREEDY).future.result(TIMEOUT)
     conversation_id = chat.conversation_id
@@ -42,12 +44,15 @@ def test_a_1_mb_paste_is_refused_clearly_and_kept(chat: ChatService) -> None:
     assert kept.role == "user" and kept.text == HUGE
     # The chat goes on: the oversized turn is left out of the prompt, not the new one.
     result = chat.send(PROBE, GREEDY).future.result(TIMEOUT)
-    assert "Paris" in result.reply.text and result.reply.stats.dropped_turns == 1
+    # Answered as a new chat with only the question would be: the 1 MB turn is not in it.
+    assert result.reply.stats.dropped_turns == 1
+    assert result.reply.text == reference.reply(smollm2_path, PROBE, GREEDY)
     assert [m.text for m in chat.store.messages(conversation_id)] == \
         [HUGE, PROBE, result.reply.text]
 
 
-def test_a_1_mb_line_in_the_terminal_gets_a_message_and_the_session_goes_on() -> None:
+def test_a_1_mb_line_in_the_terminal_gets_a_message_and_the_session_goes_on(
+        reference: Reference, smollm2_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-m", "app", "chat", "--json", "--temperature", "0",
          "--max-tokens", "16"], input=f"{HUGE}\n{PROBE}\n", capture_output=True, text=True,
@@ -56,7 +61,8 @@ def test_a_1_mb_line_in_the_terminal_gets_a_message_and_the_session_goes_on() ->
     stream = [json.loads(line) for line in result.stdout.splitlines()]
     (error,) = (e for e in stream if e["event"] == "error")
     assert "too long" in error["message"] and len(error["message"]) < 500
-    assert stream[-1]["event"] == "reply" and "Paris" in stream[-1]["text"]
+    answer = reference.reply(smollm2_path, PROBE, Sampling(temperature=0.0, max_tokens=16))
+    assert stream[-1]["event"] == "reply" and stream[-1]["text"] == answer
     assert "Traceback" not in result.stderr
 
 

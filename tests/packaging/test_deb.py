@@ -21,6 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.native_code import amx_instructions, llama_libraries
+
 ROOT = Path(__file__).resolve().parents[2]
 DIST = ROOT / "dist"
 INSTALL_DIR = Path("/opt/fireside")
@@ -150,12 +152,35 @@ def test_bundled_model_answers_offline(
     assert Path(models[0]["path"]).is_relative_to(INSTALL_DIR)
 
     trace = tmp_path / "chat.trace"
-    result = _run(["chat", "--temperature", "0", QUESTION], clean_env, cwd=tmp_path,
-                  offline=True, trace=trace)
+    ask = ["chat", "--json", "--temperature", "0", "--max-tokens", "24", QUESTION]
+    result = _run(ask, clean_env, cwd=tmp_path, offline=True, trace=trace)
     assert result.returncode == 0, result.stderr
-    assert "Paris" in result.stdout
     assert "Traceback" not in result.stderr
     assert _foreign_paths(trace) == []
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    reply = events[-1]
+    assert reply["event"] == "reply" and reply["text"].strip(), result.stdout
+    assert reply["finish_reason"] in {"stop", "length"} and reply["tokens"] > 0
+    # The first start chose llama.cpp's CPU level by a real check, and kept the choice.
+    record = json.loads((Path(clean_env["HOME"]) / ".cache" / "Fireside" /
+                         "cpu-backend.json").read_text())
+    assert record["passed_over"] == [], record
+    assert (INSTALL_DIR / "_internal" / "llama_cpp" / "lib" /
+            f"libggml-cpu-{record['variant']}.so").is_file()
+    # The same question in a new process: the same words, without checking again. (Which
+    # words a 135M model picks depends on the CPU's arithmetic, so they are not asserted.)
+    again = _run(ask, clean_env, cwd=tmp_path, offline=True)
+    assert json.loads(again.stdout.splitlines()[-1])["text"] == reply["text"]
+    assert not any(e["event"] == "notice" for e in events), events
+
+
+def test_the_bundle_carries_no_amx_kernels(installed: list[str]) -> None:
+    lib = INSTALL_DIR / "_internal" / "llama_cpp" / "lib"
+    variants = sorted(p.name for p in lib.glob("libggml-cpu-*.so"))
+    assert "libggml-cpu-haswell.so" in variants and "libggml-cpu-x64.so" in variants
+    assert "libggml-cpu-sapphirerapids.so" not in variants
+    found = {library.name: amx_instructions(library) for library in llama_libraries(lib)}
+    assert not any(found.values()), f"AMX instructions in the bundle's llama.cpp: {found}"
 
 
 def test_removing_the_package_leaves_no_file(installed: list[str]) -> None:
@@ -167,3 +192,42 @@ def test_removing_the_package_leaves_no_file(installed: list[str]) -> None:
             and (not os.path.isdir(p) or Path(p).is_relative_to(INSTALL_DIR))]
     assert left == []
     assert not INSTALL_DIR.exists()
+
+
+CRASHING_LEVEL = """
+/* A CPU level that ggml ranks above every real one and that crashes as it starts. */
+int ggml_backend_score(void) { return 1 << 20; }
+void *ggml_backend_init(void) { *(volatile int *)0 = 1; return 0; }
+"""
+
+
+def test_a_cpu_level_that_crashes_is_passed_over(deb: Path, tmp_path: Path) -> None:
+    """The first-start check with the bundle's real llama.cpp: a level that dies with
+    SIGSEGV in a child process is passed over, the next one is used, the user is told."""
+    python = ROOT / "build" / "package-venv" / "bin" / "python"
+    where = subprocess.run([str(python), "-c", "import llama_cpp; print(llama_cpp.__file__)"],
+                           check=True, capture_output=True, text=True).stdout.strip()
+    lib = Path(where).parent / "lib"
+    source = tmp_path / "crash.c"
+    source.write_text(CRASHING_LEVEL)
+    crashing = lib / "libggml-cpu-crashing.so"
+    subprocess.run(["cc", "-shared", "-fPIC", "-O0", str(source), "-o", str(crashing)],
+                   check=True)
+    choose = ("import json, sys; from pathlib import Path; "
+              "from app.core import bundled, cpu_backends as c; "
+              "lib = Path(sys.argv[1]); "
+              "choice = c.choose(c.ranked(lib), bundled.default_model_path()); "
+              "print(json.dumps({'variant': choice.variant, 'notice': c.notice(), "
+              "'ranked': [v.name for v in c.ranked(lib)]}))")
+    try:
+        result = subprocess.run([str(python), "-c", choose, str(lib)], check=False,
+                                capture_output=True, text=True, timeout=300,
+                                env={**os.environ, "FIRESIDE_CACHE_DIR": str(tmp_path)})
+    finally:
+        crashing.unlink()
+    assert result.returncode == 0, result.stderr
+    outcome = json.loads(result.stdout.splitlines()[-1])
+    assert outcome["ranked"][0] == "crashing"
+    assert outcome["variant"] == outcome["ranked"][1]  # the best real level for this CPU
+    assert "crashing (SIGSEGV)" in outcome["notice"]
+    assert f"uses its {outcome['variant']} code" in outcome["notice"]
