@@ -30,8 +30,9 @@ test: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: setup
-	$(BIN)/ruff check app tests
+	$(BIN)/ruff check app tests packaging
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: setup
 	for script in tests/benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from app.cli.main import main
+from app.main import main
 
 if __name__ == "__main__":
     sys.exit(main())

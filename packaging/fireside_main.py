@@ -9,6 +9,6 @@ from app.core import native_check
 if __name__ == "__main__":
     if sys.argv[1:2] == [native_check.CHILD_FLAG]:  # the bundle checking its llama.cpp
         sys.exit(native_check.main(sys.argv[1:]))
-    from app.cli.main import main
+    from app.main import main
 
     sys.exit(main())

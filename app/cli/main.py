@@ -1,4 +1,4 @@
-"""Command-line entry point: ``fireside [models|chat|export]``."""
+"""The terminal commands of ``fireside``: ``models``, ``chat`` and ``export``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 import logging
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 
@@ -62,7 +62,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    checks = [
+    checks: list[tuple[str, Callable[[float], bool], str]] = [
         ("temperature", lambda v: v >= 0, "--temperature must be 0 or more"),
         ("top_p", lambda v: 0 < v <= 1, "--top-p must be in (0, 1]"),
         ("top_k", lambda v: v >= 0, "--top-k must be 0 or more"),
@@ -77,7 +77,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
             parser.error(message)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    """The command line, read and checked; logging set up for the level it asks for."""
     parser = _parser()
     args = parser.parse_args(argv)
     level = args.log_level.upper()
@@ -86,18 +87,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if level == "WARNING":
         # llama.cpp warns about quirks of model files that users cannot act on.
         logging.getLogger("fireside.llama").setLevel(logging.ERROR)
-    if args.command is None:
-        from app.cli.launch import open_window  # noqa: PLC0415 - Qt only when needed
+    if args.command == "chat":
+        _validate(parser, args)
+    return args
 
-        return open_window(args)
+
+def run(args: argparse.Namespace) -> int:
+    """Run a terminal command (``models``, ``chat``, ``export``)."""
     if args.command == "models":
         return _models(args)
     if args.command == "export":
         return _export(args)
-    _validate(parser, args)
     from app.cli.terminal import run_chat  # noqa: PLC0415 - loads llama only when chatting
 
     return run_chat(args)
+
+
+def chat_instead_of_window(args: argparse.Namespace) -> int:
+    """A terminal chat with the saved settings: for a build that has no window."""
+    for name in ("prompt", "model", "system", "temperature", "top_p", "top_k", "min_p",
+                 "repeat_penalty", "seed", "max_tokens", "context", "threads"):
+        setattr(args, name, None)
+    args.json = False
+    args.command = "chat"
+    return run(args)
 
 
 def _models(args: argparse.Namespace) -> int:

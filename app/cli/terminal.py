@@ -14,10 +14,11 @@ import json
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeVar
 
 from app.core import catalog, cpu_backends, settings
 from app.core.chat import ChatResult, ChatService, ChatTurn
@@ -25,6 +26,8 @@ from app.core.engine import EXIT_CLOSE_S, EXIT_SAVE_S, Engine, EngineError, Load
 from app.core.models import choose_model
 from app.core.options import LoadOptions, Sampling
 from app.core.store import Store, StoreError, open_store
+
+T = TypeVar("T")
 
 
 class _Terminated(Exception):
@@ -162,7 +165,7 @@ def _load(chat: ChatService, path: Path, options: LoadOptions,
     return loaded
 
 
-def _wait(future: Future[Any], on_interrupt: Any) -> Any:
+def _wait(future: Future[T], on_interrupt: Callable[[], object]) -> T:
     """Wait for ``future``; a first Ctrl-C calls ``on_interrupt`` and keeps waiting (a
     stopped reply or a cancelled load ends within a token), a second one leaves."""
     interrupted = False

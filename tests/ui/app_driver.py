@@ -1,7 +1,7 @@
 """Starts the real app the way ``fireside`` does and plays the user's part in it.
 
 ``python tests/ui/app_driver.py PROMPT`` opens the window through the app's own
-start-up code (``app.cli.main``, then ``app.ui.application.run``); once a model is
+start-up code (``app.main``, then ``app.ui.application.run``); once a model is
 ready it types PROMPT into the composer and presses Enter, then leaves the app alone.
 ``--session PROMPT MODEL`` asks, switches to MODEL in the picker, asks again and quits.
 Tests run it in a child process to send it signals or break its disk.
@@ -19,7 +19,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 
-from app.cli.main import main as fireside_main
+from app.main import main as fireside_main
 from app.ui import theme
 from app.ui.window import MainWindow
 
