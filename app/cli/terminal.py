@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
 import json
 import signal
 import sys
@@ -20,12 +19,10 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO, TypeVar
 
-from app.core import catalog, cpu_backends, settings
-from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import EXIT_CLOSE_S, EXIT_SAVE_S, Engine, EngineError, LoadedModel
-from app.core.models import choose_model
-from app.core.options import LoadOptions, Sampling
-from app.core.store import Store, StoreError, open_store
+from app.core.backend import EngineError, LoadedModel
+from app.core.chat import ChatResult, ChatTurn
+from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
+from app.core.store import StoreError
 
 T = TypeVar("T")
 
@@ -73,63 +70,55 @@ class Output:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    loaded_settings = settings.load()
-    prefs = loaded_settings.settings
     out = Output(args.json)
-    if loaded_settings.problem:
-        out.notice(loaded_settings.problem)
-    folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
-    entries = catalog.scan(folders, catalog.app_stores(prefs.disabled_sources))
+    core = Fireside.open(args.models_dir)
     try:
-        model_path = choose_model(args.model, entries, prefs)
+        return _chat(core, args, out)
+    finally:
+        core.close()
+
+
+def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
+    for notice in core.notices:
+        out.notice(notice)
+    status = 0
+    if core.store_error:
+        # Still answer (the user asked a question), but say that nothing is kept.
+        out.error(f"{core.store_error}. This chat will not be saved.")
+        status = 1
+    try:
+        model_path = core.choose_model(args.model)
     except LookupError as err:
         out.error(str(err))
         return 2
-    load_options, sampling, system_prompt = _model_settings(prefs, model_path, args)
-
-    engine = Engine()
-    cpu_notice = cpu_backends.notice()
-    if cpu_notice:
-        out.notice(cpu_notice)
-    status = 0
-    try:
-        store = open_store()
-    except StoreError as err:
-        # Still answer (the user asked a question), but say that nothing is kept.
-        out.error(f"{err}. This chat will not be saved.")
-        store = Store(":memory:")
-        status = 1
-    if store.notice:
-        out.notice(store.notice)
-    chat = ChatService(engine, store)
+    core.session = SessionSettings(
+        n_ctx=args.context, n_threads=args.threads, system_prompt=args.system,
+        sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                  "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
+                  "seed": args.seed, "max_tokens": args.max_tokens})
     previous_handlers = _install_signal_handlers()
     try:
-        if _load(chat, model_path, load_options, out) is None:
+        if _load(core, model_path, out) is None:
             return 1
-        prefs.last_model = str(model_path)
-        _remember(prefs)
-        session = _Session(chat, out, sampling=sampling, system_prompt=system_prompt,
-                           entries=entries, prefs=prefs, args=args)
+        session = _Session(core, out)
         if args.prompt is not None:
             session.ask(args.prompt)
         else:
             session.loop()
-        return _save_the_rest(chat, out) or status
+        return _save_the_rest(core, out) or status
     except (KeyboardInterrupt, _Terminated):
-        _save_the_rest(chat, out)
+        _save_the_rest(core, out)
         return 0
     finally:
         _restore_signal_handlers(previous_handlers)
-        engine.close(timeout=EXIT_CLOSE_S)
-        store.close()
 
 
-def _save_the_rest(chat: ChatService, out: Output) -> int:
+def _save_the_rest(core: Fireside, out: Output) -> int:
     """Write what the disk refused earlier; 1 (and a message) if it still cannot."""
-    if not chat.unsaved:
+    count = core.chat.unsaved
+    if not count:
         return 0
-    count = chat.unsaved
-    error = chat.save_unsaved()
+    error = core.chat.save_unsaved()
     if error is None:
         out.notice("The messages that could not be saved before are saved now.")
         return 0
@@ -137,21 +126,14 @@ def _save_the_rest(chat: ChatService, out: Output) -> int:
     return 1
 
 
-def _remember(prefs: settings.Settings) -> None:
-    with contextlib.suppress(OSError):  # remembering the last model is only a convenience
-        settings.save(prefs)
-
-
-def _load(chat: ChatService, path: Path, options: LoadOptions,
-          out: Output) -> LoadedModel | None:
+def _load(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
     def progress(fraction: float) -> None:
         if not out.as_json and sys.stderr.isatty():
             out.err.write(f"\rLoading {path.name}… {fraction:4.0%}")
             out.err.flush()
 
-    future = chat.load_model(path, options, progress)
     try:
-        loaded = _wait(future, on_interrupt=chat.engine.cancel_load)
+        loaded = _wait(core.load(path, progress), on_interrupt=core.cancel_load)
     except EngineError as err:
         out.error(str(err))
         return None
@@ -179,37 +161,14 @@ def _wait(future: Future[T], on_interrupt: Callable[[], object]) -> T:
             on_interrupt()
 
 
-def _model_settings(prefs: settings.Settings, model: Path, args: argparse.Namespace
-                    ) -> tuple[LoadOptions, Sampling, str]:
-    """The settings a model runs with: the defaults, then its own, then the command line's."""
-    load_options = dataclasses.replace(prefs.load_options(model), **_given(
-        n_ctx=args.context, n_threads=args.threads))
-    sampling = dataclasses.replace(prefs.sampling(model), **_given(
-        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, min_p=args.min_p,
-        repeat_penalty=args.repeat_penalty, seed=args.seed, max_tokens=args.max_tokens))
-    system_prompt = args.system if args.system is not None else prefs.system_prompt_for(model)
-    return load_options, sampling, system_prompt
-
-
-def _given(**values: Any) -> dict[str, Any]:
-    return {name: value for name, value in values.items() if value is not None}
-
-
 class _Session:
-    def __init__(self, chat: ChatService, out: Output, *, sampling: Any, system_prompt: str,
-                 entries: list[catalog.ModelEntry], prefs: settings.Settings,
-                 args: argparse.Namespace) -> None:
-        self.chat = chat
-        self.args = args
+    def __init__(self, core: Fireside, out: Output) -> None:
+        self.core = core
         self.out = out
-        self.sampling = sampling
-        self.system_prompt = system_prompt
-        self.entries = entries
-        self.prefs = prefs
 
     def ask(self, text: str) -> None:
         try:
-            turn = self.chat.send(text, self.sampling, self.system_prompt, self._piece)
+            turn = self.core.send(text, self._piece).result()
         except (EngineError, StoreError) as err:
             self.out.error(str(err))
             return
@@ -268,7 +227,7 @@ class _Session:
         if command == "/quit":
             return False
         if command == "/new":
-            self.chat.new_chat().result()
+            self.core.new_chat().result()
             self.out.event("chat_cleared")
             if not self.out.as_json:
                 self.out.note("New chat.")
@@ -281,23 +240,20 @@ class _Session:
         return True
 
     def _list_models(self) -> None:
-        self.out.event("models", models=[e.to_json() for e in self.entries])
+        entries = self.core.library.entries
+        self.out.event("models", models=[e.to_json() for e in entries])
         if not self.out.as_json:
-            for entry in self.entries:
+            for entry in entries:
                 state = f"unusable: {entry.error}" if entry.error else entry.quantization or ""
                 self.out.note(f"  {entry.name}  {state}")
 
     def _switch(self, query: str) -> None:
         try:
-            path = choose_model(query or None, self.entries, self.prefs, required=True)
+            path = self.core.choose_model(query or None, required=True)
         except LookupError as err:
             self.out.error(str(err))
             return
-        load_options, sampling, system_prompt = _model_settings(self.prefs, path, self.args)
-        if _load(self.chat, path, load_options, self.out) is not None:
-            self.sampling, self.system_prompt = sampling, system_prompt
-            self.prefs.last_model = str(path)
-            _remember(self.prefs)
+        _load(self.core, path, self.out)
 
 
 def _install_signal_handlers() -> dict[int, Any]:

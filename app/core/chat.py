@@ -14,22 +14,21 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from app.core import templates
-from app.core.engine import (
-    Engine,
+from app.core.backend import (
+    Backend,
     LoadedModel,
-    LoadOptions,
     PromptPlan,
     PromptTooLong,
-    Reply,
     ReplyHandle,
-    Sampling,
     Session,
 )
+from app.core.options import LoadOptions, Sampling
+from app.core.replies import Reply
 from app.core.store import (
     Conversation,
     Message,
@@ -138,7 +137,7 @@ def _turns(history: Sequence[Message]) -> list[list[Message]]:
 
 
 class ChatService:
-    def __init__(self, engine: Engine, store: Store) -> None:
+    def __init__(self, engine: Backend, store: Store) -> None:
         self.engine = engine
         self.store = store
         self.conversation_id: int | None = None
@@ -380,7 +379,7 @@ class ChatService:
             message_id = row_id
             if not saved:
                 message_id = self._keep(conversation_id, "assistant", reply.text,
-                                        asdict(reply.stats), row_id)
+                                        reply.stats.to_json(), row_id)
             error = None if saved else saver.error or save_error or "The reply was not saved."
             with self._lock:
                 saved_id = self._saved_as.get(conversation_id, conversation_id)
@@ -394,11 +393,9 @@ class ChatService:
 def _last_dropped(history: Sequence[Message], model: LoadedModel | None) -> int:
     """Keep dropping as many turns as last time, so the cached prefix stays valid."""
     for message in reversed(history):
-        if message.role == "assistant" and message.stats:
-            if model is not None and message.stats.get("model") != model.name:
-                return 0
-            value = message.stats.get("dropped_turns", 0)
-            return value if isinstance(value, int) else 0
+        stats = message.reply_stats if message.role == "assistant" else None
+        if stats is not None:
+            return 0 if model is not None and stats.model != model.name else stats.dropped_turns
     return 0
 
 
@@ -423,7 +420,7 @@ class _ReplySaver:
         self._try(lambda row: self._store.update_reply(row, current))
 
     def finish(self, reply: Reply) -> bool:
-        stats = asdict(reply.stats)
+        stats = reply.stats.to_json()
         return self._try(lambda row: self._store.finish_reply(row, reply.text, stats))
 
     def abandon(self) -> None:

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -29,8 +29,24 @@ import llama_cpp._internals as llama_internals
 import psutil
 
 from app.core import catalog, gguf, llama_runtime, memory, templates
+from app.core.backend import (
+    EngineClosed,
+    EngineError,
+    LoadCancelled,
+    LoadedModel,
+    ModelLoadError,
+    NoModelLoaded,
+    NotEnoughMemory,
+    PieceCallback,
+    PromptBuilder,
+    PromptPlan,
+    PromptTooLong,
+    ReplyHandle,
+    Session,
+)
 from app.core.detok import PieceDecoder
 from app.core.options import LoadOptions, Sampling, default_context
+from app.core.replies import FinishReason, Reply, ReplyStats
 from app.core.templates import ChatTemplate, Segment
 
 logger = logging.getLogger(__name__)
@@ -40,89 +56,14 @@ T = TypeVar("T")
 BATCH_SIZE = 512
 
 
-# Leaving (a signal, the window closed): a stopped reply gets EXIT_SAVE_S to be saved,
-# then the model EXIT_CLOSE_S to close. Past that the process exits anyway (the system
-# frees the model; the database stays whole), so leaving never takes much over 1.5 s.
-EXIT_SAVE_S = 1.0
-EXIT_CLOSE_S = 0.5
-
-
-class EngineError(Exception):
-    """Something the user should read: the message is written for them."""
-
-
-class ModelLoadError(EngineError):
-    pass
-
-
-class LoadCancelled(ModelLoadError):
-    pass
-
-
-class NotEnoughMemory(ModelLoadError):
-    """The model would not fit in the memory available; nothing was unloaded."""
-
-
-class NoModelLoaded(EngineError):
-    def __init__(self) -> None:
-        super().__init__("No model is loaded. Choose a model first.")
-
-
-class PromptTooLong(EngineError):
-    pass
-
-
-class EngineClosed(EngineError):
-    def __init__(self) -> None:
-        super().__init__("Fireside is shutting down.")
-
-
 def default_threads() -> int:
     # llama-cpp-python's default (half the logical CPUs) leaves decode speed on the
     # table: one thread per physical core is measurably faster.
     return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
 
 
-@dataclass(frozen=True)
-class LoadedModel:
-    path: Path
-    name: str
-    architecture: str
-    n_ctx: int
-    n_ctx_train: int
-    n_threads: int
-    template: ChatTemplate
-    seconds: float
-    options: LoadOptions
-
-
-@dataclass(frozen=True)
-class PromptPlan:
-    tokens: list[int]
-    dropped_turns: int = 0
-
-
-@dataclass(frozen=True)
-class ReplyStats:
-    prompt_tokens: int
-    cached_tokens: int
-    tokens: int
-    ttft_s: float
-    tokens_per_s: float
-    stopped: bool
-    finish_reason: str  # "stop" | "length" | "context" | "stopped"
-    dropped_turns: int = 0
-    model: str = ""
-
-
-@dataclass(frozen=True)
-class Reply:
-    text: str
-    stats: ReplyStats
-
-
-class Session:
-    """What a prompt builder may use on the inference thread: template, size, tokenizer."""
+class LlamaSession:
+    """The Session a prompt builder gets on the inference thread: llama.cpp's tokenizer."""
 
     def __init__(self, llm: llama_cpp.Llama, model: LoadedModel) -> None:
         self._llm = llm
@@ -144,25 +85,6 @@ class Session:
                 tokens += self._llm.tokenize(segment.text.encode("utf-8", "surrogatepass"),
                                              add_bos=False, special=not segment.is_content)
         return tokens
-
-
-PromptBuilder = Callable[[Session], PromptPlan]
-PieceCallback = Callable[[str], None]
-
-
-@dataclass(eq=False)
-class ReplyHandle:
-    """A reply being generated: its future, and a way to stop it."""
-
-    future: Future[Reply] = field(default_factory=Future)
-    _stop: threading.Event = field(default_factory=threading.Event)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    @property
-    def stop_requested(self) -> bool:
-        return self._stop.is_set()
 
 
 @dataclass
@@ -444,7 +366,7 @@ class Engine:
         llm = self._require_llm()
         model = self._loaded
         assert model is not None
-        plan = build(Session(llm, model))
+        plan = build(LlamaSession(llm, model))
         tokens = plan.tokens
         if not tokens:
             raise PromptTooLong("There is nothing to send.")
@@ -458,7 +380,7 @@ class Engine:
         decoder = PieceDecoder(vocab)
         parts: list[str] = []
         produced = 0
-        finish = "length"
+        finish: FinishReason = "length"
         started = time.perf_counter()
         first_at = last_at = started
         self._active = handle
@@ -516,7 +438,7 @@ class Engine:
             prompt_tokens=len(tokens), cached_tokens=cached, tokens=produced,
             ttft_s=first_at - started,
             tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
-            stopped=finish == "stopped", finish_reason=finish,
+            finish_reason=finish,
             dropped_turns=plan.dropped_turns, model=model.name)
         return Reply("".join(parts), stats)
 

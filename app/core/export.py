@@ -77,8 +77,9 @@ def _speaker(message: Message, conversation: Conversation) -> str:
         return "You"
     if message.role == "system":
         return "System"
-    model = (message.stats or {}).get("model")
-    return f"Assistant ({_model_label(model if isinstance(model, str) else conversation.model)})"
+    stats = message.reply_stats
+    model = stats.model if stats and stats.model else conversation.model
+    return f"Assistant ({_model_label(model)})"
 
 
 def _model_label(model: str) -> str:

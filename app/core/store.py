@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
 from app.core.paths import database_path
+from app.core.replies import ReplyStats
 
 Role = Literal["system", "user", "assistant"]
 JSONDict = dict[str, Any]
@@ -77,6 +78,11 @@ class Message:
     created_at: float
     stats: JSONDict | None
     complete: bool
+
+    @property
+    def reply_stats(self) -> ReplyStats | None:
+        """A reply's figures, from what was stored with it."""
+        return ReplyStats.from_json(self.stats)
 
 
 # Schema ---------------------------------------------------------------------------

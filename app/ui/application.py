@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     app.exec()
     release_signals()
     if window.controller is not None and not window.is_shut_down:
-        from app.core.engine import EXIT_CLOSE_S  # noqa: PLC0415 - loaded by the controller
+        from app.core.fireside import EXIT_CLOSE_S  # noqa: PLC0415 - loaded by the controller
 
         window.controller.engine.close(timeout=EXIT_CLOSE_S)  # the loop ended some other way
     if "app.ui.event_loop" in sys.modules:

@@ -1,10 +1,9 @@
-"""The window's side of the core: model loads, replies and conversations, as signals.
+"""The window's face on the core: its actions and their outcomes, as Qt signals.
 
 Everything runs on the GUI thread's event loop and awaits the core's futures through
-qasync, so nothing here blocks the window. Actions that change what the model's
-sequence holds (send, regenerate, edit, new chat, open, delete, model change) take
-turns through one lock, and each first stops a streaming reply and waits until it is
-saved: a reply can never land in another conversation.
+qasync, so nothing here blocks the window. The core (:class:`app.core.fireside.Fireside`)
+runs the actions on the model's sequence in order; the window's own actions preempt:
+each stops the reply on screen first, as a person who asks for something new wants.
 
 This module imports llama.cpp (through the core); the window imports it off the GUI
 thread after its first paint.
@@ -13,7 +12,7 @@ thread after its first paint.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Executor, Future
@@ -22,22 +21,13 @@ from typing import Any, TypeVar
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from app.core import catalog, cpu_backends, sources
-from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import (
-    EXIT_CLOSE_S,
-    EXIT_SAVE_S,
-    Engine,
-    EngineError,
-    LoadCancelled,
-    LoadedModel,
-    NoModelLoaded,
-)
-from app.core.models import choose_model
-from app.core.options import Sampling
+from app.core import catalog, sources
+from app.core.backend import EngineError, LoadCancelled, LoadedModel
+from app.core.chat import ChatResult, ChatTurn
+from app.core.engine import Engine
+from app.core.fireside import EXIT_CLOSE_S, Fireside, Rewound
 from app.core.settings import Settings
-from app.core.store import Conversation, Message, Store, StoreError, open_store
-from app.core.watch import Watcher
+from app.core.store import Conversation, StoreError
 from app.ui import event_loop, messages
 from app.ui.bridge import PieceStream, ProgressRelay
 from app.ui.desktop import open_models_folder
@@ -47,6 +37,19 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 DELIVERY_MS = 33  # streamed text reaches the transcript about 30 times a second
+
+
+def _shown_in_order(method: Callable[..., Coroutine[Any, Any, None]]
+                    ) -> Callable[..., Coroutine[Any, Any, None]]:
+    """The window's actions reach the screen in the order they were asked: each waits
+    for the one before it (the core runs them in that order too)."""
+
+    @functools.wraps(method)
+    async def run(self: ChatController, *args: Any, **kwargs: Any) -> None:
+        async with self._lock:
+            await method(self, *args, **kwargs)
+
+    return run
 
 
 class ChatController(QObject):
@@ -78,7 +81,7 @@ class ChatController(QObject):
     """A reply began, from the model with this name; its text follows."""
     reply_text_arrived = Signal(str)
     """More text of the reply."""
-    reply_finished = Signal(str, dict)
+    reply_finished = Signal(str, object)
     """The reply ended (finished or stopped): its whole text and its stats."""
     reply_failed = Signal(str)
     """The reply could not be produced, for this reason."""
@@ -86,6 +89,9 @@ class ChatController(QObject):
     """A reply started or stopped streaming."""
     send_refused = Signal(str)
     """This text could not be sent (the reason was shown); give it back to the user."""
+
+    _settings_changed = Signal()
+    """The core changed a setting (from its own thread): the window saves them."""
 
     def __init__(self, prefs: Settings, models_dirs: Sequence[Path],
                  save_settings: Callable[[], None], background: Executor,
@@ -96,23 +102,15 @@ class ChatController(QObject):
         self.prefs = prefs
         self._models_dirs = list(models_dirs)
         self._save_settings = save_settings
+        self._settings_changed.connect(save_settings)
         self.engine = Engine()
-        cpu_notice = cpu_backends.notice()
-        if cpu_notice:
-            messages.warning(cpu_notice)
-        self.store: Store | None = None
-        self.chat: ChatService | None = None
-        self.entries: list[catalog.ModelEntry] = []
-        self.sources: list[sources.Source] = []
+        self.core: Fireside | None = None  # opened by start(), off the GUI thread
         self.loading = False
-        # What the watcher looks at, replaced whole (never mutated) when it changes.
-        self._library: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
-        self._watcher = Watcher(self._watch_list, self._library_changed.emit)
         self._library_changed.connect(self._on_library_changed)
-        self._lock = asyncio.Lock()
         self._turn: ChatTurn | None = None
         self._stream_task: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
+        self._lock = asyncio.Lock()
         self._closed = False
         self._showing = False  # the transcript shows the streaming reply
         self._pieces = PieceStream(self)
@@ -133,8 +131,16 @@ class ChatController(QObject):
         return self.engine.loaded
 
     @property
+    def entries(self) -> list[catalog.ModelEntry]:
+        return self.core.library.entries if self.core else []
+
+    @property
+    def sources(self) -> list[sources.Source]:
+        return self.core.library.sources if self.core else []
+
+    @property
     def conversation_id(self) -> int | None:
-        return self.chat.conversation_id if self.chat else None
+        return self.core.conversation_id if self.core else None
 
     @property
     def streaming(self) -> bool:
@@ -146,27 +152,24 @@ class ChatController(QObject):
         return bool(self._tasks) or self.loading or self.streaming
 
     def conversations(self, query: str = "") -> list[Conversation]:
-        if self.store is None:
-            return []
-        try:
-            return self.store.list_conversations(query or None)
-        except StoreError as err:
-            messages.error(str(err))
-            return []
+        return self._read(lambda core: core.conversations(query), [])
 
     def conversation(self) -> Conversation | None:
         """The open conversation, if it has been saved."""
-        if self.chat is None:
-            return None
-        try:
-            return self.chat.conversation()
-        except StoreError:
-            return None
+        return self._read(lambda core: core.conversation(), None, quiet=True)
 
     def last_user_text(self) -> str | None:
-        history = self._history()
-        users = [m for m in history if m.role == "user"]
-        return users[-1].text if users else None
+        return self._read(lambda core: core.last_user_text(), None)
+
+    def _read(self, read: Callable[[Fireside], T], default: T, quiet: bool = False) -> T:
+        if self.core is None:
+            return default
+        try:
+            return read(self.core)
+        except StoreError as err:
+            if not quiet:
+                messages.error(str(err))
+            return default
 
     # Actions (each returns its task; failures reach the message bar) ----------------
 
@@ -186,7 +189,10 @@ class ChatController(QObject):
         self._spawn(self._load(model.path))
 
     def cancel_load(self) -> None:
-        self.engine.cancel_load()
+        if self.core is not None:
+            self.core.cancel_load()
+        else:
+            self.engine.cancel_load()
 
     def rescan(self) -> asyncio.Task[None]:
         return self._spawn(self._rescan())
@@ -216,10 +222,10 @@ class ChatController(QObject):
         return self._spawn(self._delete(conversation_id))
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
-        if self.store is None:
+        if self.core is None:
             return
         try:
-            self.store.rename_conversation(conversation_id, title)
+            self.core.rename_conversation(conversation_id, title)
         except StoreError as err:
             messages.error(str(err))
         self.conversations_changed.emit()
@@ -238,30 +244,19 @@ class ChatController(QObject):
     async def shutdown(self) -> None:
         """Stop the reply (its text so far is saved), close the model and the database."""
         self._closed = True
-        self._watcher.stop()
         self.stop()
-        self.engine.cancel_load()
-        task = self._stream_task
-        if task is not None and not task.done():
-            await asyncio.wait([task], timeout=EXIT_SAVE_S)
-        if not self.engine.close(timeout=EXIT_CLOSE_S):
+        self.cancel_load()
+        core = self.core
+        if core is not None:
+            await asyncio.get_running_loop().run_in_executor(self._background, core.close)
+        elif not self.engine.close(timeout=EXIT_CLOSE_S):
             logger.warning("the inference thread did not finish in time")
         pending = [task for task in self._tasks if task is not asyncio.current_task()
                    and not task.done()]
         for task in pending:
-            task.cancel()  # a load or clear that can no longer finish
+            task.cancel()  # an action the core will no longer run
         if pending:
             await asyncio.wait(pending)
-        if self.chat is not None and self.chat.unsaved:
-            error = self.chat.save_unsaved()  # the disk may have room again
-            if error:
-                logger.warning("messages not saved at exit: %s", error)
-        if self.store is not None:
-            try:
-                self.store.purge_deleted()  # deleted means deleted once the window closes
-            except StoreError as err:
-                logger.warning("deleted conversations not purged: %s", err)
-            self.store.close()
 
     # Coroutines --------------------------------------------------------------------
 
@@ -278,148 +273,133 @@ class ChatController(QObject):
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
-        self.store = await loop.run_in_executor(self._background, _open_store)
-        self.chat = ChatService(self.engine, self.store)
+        opened = functools.partial(Fireside.open, self._models_dirs, self.engine, self.prefs,
+                                   lambda _prefs: self._settings_changed.emit())
+        core = await loop.run_in_executor(self._background, opened)
+        self.core = core
+        for notice in core.notices:
+            messages.warning(notice)
+        if core.store_error:
+            messages.error(f"{core.store_error} Conversations in this window will not be "
+                           "saved.")
         self.conversations_changed.emit()
         wanted = self.prefs.open_conversation
-        if wanted is not None and self.store.get_conversation(wanted) is not None:
-            await self._open(wanted)
-        await self._rescan()
-        if not self._closed:
-            self._watcher.start()  # from now on the picker follows the folders by itself
+        if wanted is not None:
+            await self._open(wanted, quiet=True)
+        self.sources_found.emit(list(core.library.sources))
+        self.catalog_changed.emit(list(core.library.entries))
+        if self._closed:
+            return
+        core.watch(self._library_changed.emit)  # from now on the picker follows the folders
         path = self._startup_model()
+        self.started.emit()
         if path is None:
             messages.warning("No model found yet. Put .gguf files in the models folder.",
                              "Open models folder", open_models_folder)
-            self.started.emit()
             return
-        self.started.emit()
         if self.model is None and not self._closed:
             await self._load(path)
 
     def _startup_model(self) -> Path | None:
+        core = self._core()
         wanted = self.prefs.default_model
         if wanted and Path(wanted).is_file():
             path = Path(wanted)
         else:
             try:
-                path = choose_model(None, self.entries, self.prefs)
+                path = core.choose_model(None)
             except LookupError:
                 return None
-        if not any(path == e.path or path in e.shards for e in self.entries):
-            self.entries.append(catalog.describe(path))
-            self.catalog_changed.emit(list(self.entries))
+        entries = core.library.entries
+        if not any(path == e.path or path in e.shards for e in entries):
+            entries.append(catalog.describe(path))
+            self.catalog_changed.emit(list(entries))
         return path
 
     async def _rescan(self) -> None:
-        folders = catalog.default_folders([Path(p) for p in self.prefs.model_folders],
-                                          self._models_dirs)
-        self._library = (tuple(folders), frozenset(self.prefs.disabled_sources))
-        loop = asyncio.get_running_loop()
-        entries, found = await loop.run_in_executor(self._background, _find_models,
-                                                    *self._library)
+        core = self._core()
+        before = core.library
+        library = await asyncio.get_running_loop().run_in_executor(self._background,
+                                                                   core.rescan)
         if self._closed:
             return
-        if found != self.sources:
-            self.sources = found
-            self.sources_found.emit(list(found))
-        if entries != self.entries:
-            self.entries = entries
-            self.catalog_changed.emit(list(entries))
-
-    def _watch_list(self) -> list[tuple[str, Path]]:
-        folders, disabled = self._library  # on the watcher's thread: one read, no locks
-        return catalog.watch_list(folders, disabled)
+        if library.sources != before.sources:
+            self.sources_found.emit(list(library.sources))
+        if library.entries != before.entries:
+            self.catalog_changed.emit(list(library.entries))
 
     def _on_library_changed(self) -> None:
-        if not self._closed:
+        if not self._closed and self.core is not None:
             self.rescan()
 
-    def _reply_settings(self) -> tuple[Sampling, str]:
-        """Sampling and system prompt for the loaded model (its own, else the defaults)."""
-        model = self.model.path if self.model else None
-        return self.prefs.sampling(model), self.prefs.system_prompt_for(model)
-
+    @_shown_in_order
     async def _load(self, path: Path) -> None:
-        async with self._lock:
-            if self._closed:
-                return
-            await self._settle()
-            entry = next((e for e in self.entries if e.path == path), None)
-            self.loading = True
-            self.model_load_started.emit(path, entry.name if entry else path.stem)
-            self._progress.reset()
-            try:
-                future = self._chat().load_model(path, self.prefs.load_options(path),
-                                                  self._progress.report)
-                loaded = await _wait(future)
-            except LoadCancelled as err:
-                self.loading = False
-                if not self._closed:
-                    messages.info(str(err))
-                self.model_load_failed.emit(self.model)
-                return
-            except EngineError as err:
-                self.loading = False
-                if not self._closed:
-                    messages.error(str(err))
-                self.model_load_failed.emit(self.model)
-                return
+        if self._closed:
+            return
+        core = self._core()
+        await self._settle()
+        entry = next((e for e in core.library.entries if e.path == path), None)
+        self.loading = True
+        self.model_load_started.emit(path, entry.name if entry else path.stem)
+        self._progress.reset()
+        try:
+            loaded = await _wait(core.load(path, self._progress.report, preempt=True))
+        except LoadCancelled as err:
+            self._load_failed(err, messages.info)
+            return
+        except EngineError as err:
+            self._load_failed(err, messages.error)
+            return
+        finally:
             self.loading = False
-            logger.info("%s is ready (%d-token context)", loaded.name, loaded.n_ctx)
-            self.prefs.last_model = str(path)
-            self._save_settings()
-            self.model_loaded.emit(loaded)
+        logger.info("%s is ready (%d-token context)", loaded.name, loaded.n_ctx)
+        self.model_loaded.emit(loaded)
 
+    def _load_failed(self, err: Exception, tell: Callable[[str], None]) -> None:
+        if not self._closed:
+            tell(str(err))
+        self.model_load_failed.emit(self.model)
+
+    @_shown_in_order
     async def _send(self, text: str, edit_in: int | None = None) -> None:
         """Send ``text``; as an edit of the last message if ``edit_in`` is still open."""
-        async with self._lock:
-            if self._closed:
-                return
-            await self._settle()
-            chat = self._chat()
-            before = None
-            if edit_in is not None and chat.conversation_id == edit_in:
-                history = self._history()
-                users = [i for i, m in enumerate(history) if m.role == "user"]
-                before = history[:users[-1]] if users else history
-            sampling, prompt = self._reply_settings()
-            try:
-                if before is not None:
-                    turn = chat.edit_last(text, sampling, prompt, self._pieces.put)
-                else:
-                    turn = chat.send(text, sampling, prompt, self._pieces.put)
-            except (EngineError, StoreError) as err:
-                messages.error(str(err))
-                self.send_refused.emit(text)
-                return
-            if before is not None:
-                self.conversation_opened.emit(turn.conversation_id, before)
-                await asyncio.sleep(0)
-            self._remember_open(turn.conversation_id)
-            await self._begin(turn, text)
-            self.conversations_changed.emit()  # a new conversation, or a new order
-
-    async def _regenerate(self) -> None:
-        async with self._lock:
-            if self._closed:
-                return
-            await self._settle()
-            chat = self._chat()
-            history = self._history()
-            if not any(m.role == "user" for m in history):
-                return
-            while history and history[-1].role == "assistant":
-                history = history[:-1]
-            sampling, prompt = self._reply_settings()
-            try:
-                turn = chat.regenerate(sampling, prompt, self._pieces.put)
-            except (EngineError, StoreError) as err:
-                messages.error(str(err))
-                return
-            self.conversation_opened.emit(turn.conversation_id, history)
+        if self._closed:
+            return
+        core = self._core()
+        await self._settle()
+        try:
+            if edit_in is not None:
+                started = await _wait(core.edit_last(text, edit_in, self._pieces.put,
+                                                     preempt=True))
+            else:
+                started = await _wait(core.send(text, self._pieces.put, preempt=True))
+        except (EngineError, StoreError) as err:
+            messages.error(str(err))
+            self.send_refused.emit(text)
+            return
+        turn = started.turn if isinstance(started, Rewound) else started
+        if isinstance(started, Rewound):
+            self.conversation_opened.emit(turn.conversation_id, started.before)
             await asyncio.sleep(0)
-            await self._begin(turn, "")
+        self._remember_open(turn.conversation_id)
+        await self._begin(turn, text)
+        self.conversations_changed.emit()  # a new conversation, or a new order
+
+    @_shown_in_order
+    async def _regenerate(self) -> None:
+        if self._closed:
+            return
+        await self._settle()
+        try:
+            started = await _wait(self._core().regenerate(self._pieces.put, preempt=True))
+        except (EngineError, StoreError) as err:
+            messages.error(str(err))
+            return
+        if started is None:
+            return
+        self.conversation_opened.emit(started.turn.conversation_id, started.before)
+        await asyncio.sleep(0)
+        await self._begin(started.turn, "")
 
     async def _begin(self, turn: ChatTurn, text: str) -> None:
         self._turn = turn
@@ -439,18 +419,14 @@ class ChatController(QObject):
     async def _stream(self, turn: ChatTurn) -> None:
         try:
             result: ChatResult = await _wait(turn.future)
-        except EngineError as err:
+        except (EngineError, StoreError) as err:
             self._finish_delivery()
             self.reply_failed.emit(str(err))
-            if not self._closed:
+            if not self._closed or isinstance(err, StoreError):
                 messages.error(str(err))
-        except StoreError as err:
-            self._finish_delivery()
-            self.reply_failed.emit(str(err))
-            messages.error(str(err))
         else:
             self._finish_delivery()
-            self.reply_finished.emit(result.reply.text, dataclasses.asdict(result.reply.stats))
+            self.reply_finished.emit(result.reply.text, result.reply.stats)
             if not result.saved:
                 reason = (result.save_error or "The reply could not be saved").rstrip(".")
                 messages.error(f"{reason}. The reply is shown and kept in this window; it "
@@ -462,75 +438,63 @@ class ChatController(QObject):
             if not self._closed:
                 self.conversations_changed.emit()
 
-    async def _settle(self) -> None:
-        """Stop the streaming reply, if any, and wait until it is saved."""
-        task = self._stream_task
-        if task is None or task.done():
-            return
-        self.stop()
-        await asyncio.wait([task])
-
+    @_shown_in_order
     async def _new_chat(self) -> None:
-        async with self._lock:
-            if self._closed:
-                return
-            await self._settle()
-            await self._clear()
-
-    async def _clear(self) -> None:
-        future = self._chat().new_chat()
-        self._remember_open(None)
-        self.chat_cleared.emit()
+        if self._closed:
+            return
+        await self._settle()
         try:
-            await _wait(future)
-        except NoModelLoaded:
-            pass  # nothing to clear
+            await _wait(self._core().new_chat(preempt=True))
         except EngineError as err:
             if not self._closed:
                 messages.error(str(err))
+        self._remember_open(None)
+        self.chat_cleared.emit()
 
-    async def _open(self, conversation_id: int) -> None:
-        async with self._lock:
-            chat = self._chat()
-            if self._closed or conversation_id == chat.conversation_id:
-                return
-            await self._settle()
-            try:
-                if self._store().get_conversation(conversation_id) is None:
-                    messages.warning("That conversation no longer exists.")
-                    self.conversations_changed.emit()
-                    return
-                history = chat.open(conversation_id)
-            except StoreError as err:
-                messages.error(str(err))
-                return
-            self._remember_open(conversation_id)
-            self.conversation_opened.emit(conversation_id, history)
-
-    async def _delete(self, conversation_id: int) -> None:
-        async with self._lock:
-            if self._closed:
-                return
-            store, chat = self._store(), self._chat()
-            was_open = conversation_id == chat.conversation_id
-            if was_open:
-                await self._settle()
-            try:
-                conversation = store.get_conversation(conversation_id)
-                store.delete_conversation(conversation_id)
-            except StoreError as err:
-                messages.error(str(err))
-                return
-            if was_open:
-                await self._clear()
+    @_shown_in_order
+    async def _open(self, conversation_id: int, quiet: bool = False) -> None:
+        core = self._core()
+        if self._closed or conversation_id == core.conversation_id:
+            return
+        await self._settle()
+        try:
+            history = await _wait(core.open_conversation(conversation_id, preempt=True))
+        except StoreError as err:
+            messages.error(str(err))
+            return
+        if history is None:
+            if not quiet:
+                messages.warning("That conversation no longer exists.")
             self.conversations_changed.emit()
-            title = conversation.title if conversation else "the conversation"
-            messages.info(f"Deleted “{title}”.", "Undo",
-                          lambda: self._undelete(conversation_id, was_open))
+            return
+        self._remember_open(conversation_id)
+        self.conversation_opened.emit(conversation_id, history)
+
+    @_shown_in_order
+    async def _delete(self, conversation_id: int) -> None:
+        if self._closed:
+            return
+        core = self._core()
+        was_open = conversation_id == core.conversation_id
+        if was_open:
+            await self._settle()
+        try:
+            conversation = await _wait(core.delete_conversation(conversation_id,
+                                                                preempt=was_open))
+        except StoreError as err:
+            messages.error(str(err))
+            return
+        if was_open:
+            self._remember_open(None)
+            self.chat_cleared.emit()
+        self.conversations_changed.emit()
+        title = conversation.title if conversation else "the conversation"
+        messages.info(f"Deleted “{title}”.", "Undo",
+                      lambda: self._undelete(conversation_id, was_open))
 
     def _undelete(self, conversation_id: int, reopen: bool) -> None:
         try:
-            self._store().undelete_conversation(conversation_id)
+            self._core().undelete_conversation(conversation_id)
         except StoreError as err:
             messages.error(str(err))
             return
@@ -540,24 +504,18 @@ class ChatController(QObject):
 
     # Helpers -----------------------------------------------------------------------
 
-    def _chat(self) -> ChatService:
-        if self.chat is None:
-            raise RuntimeError("the chat service is not started")
-        return self.chat
+    async def _settle(self) -> None:
+        """Stop the reply on screen, if any, and wait until it is finished there (and
+        saved): what comes next never shows next to it."""
+        task = self._stream_task
+        if task is not None and not task.done():
+            self.stop()
+            await asyncio.wait([task])
 
-    def _store(self) -> Store:
-        if self.store is None:
-            raise RuntimeError("the conversation store is not open")
-        return self.store
-
-    def _history(self) -> list[Message]:
-        if self.chat is None:
-            return []
-        try:
-            return self.chat.history()  # with any messages the disk refused
-        except StoreError as err:
-            messages.error(str(err))
-            return []
+    def _core(self) -> Fireside:
+        if self.core is None:
+            raise RuntimeError("the core is not open yet")
+        return self.core
 
     def _remember_open(self, conversation_id: int | None) -> None:
         if conversation_id is not None and conversation_id < 0:
@@ -584,25 +542,5 @@ class ChatController(QObject):
 
 
 async def _wait(future: Future[T]) -> T:
+    """The core's future, awaited on the event loop (cancelled if the core closed)."""
     return await asyncio.wrap_future(future)
-
-
-def _find_models(folders: Sequence[tuple[Path, str]], disabled: frozenset[str]
-                 ) -> tuple[list[catalog.ModelEntry], list[sources.Source]]:
-    """The models in the folders and in the other apps' stores that are switched on."""
-    found = sources.discover()
-    return catalog.scan(folders, catalog.switched_on(found, disabled)), found
-
-
-def _open_store() -> Store:
-    """The conversation database (a damaged one is set aside and a new one begun); if it
-    cannot be opened at all, a temporary one in memory."""
-    try:
-        store = open_store()
-    except StoreError as err:
-        messages.error(f"{err} Conversations in this window will not be saved.")
-        return Store(":memory:")
-    if store.notice:
-        messages.warning(store.notice)
-    return store
-

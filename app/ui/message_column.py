@@ -15,7 +15,7 @@ the column keeps rows only for the messages within a few screens of the view:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer
@@ -30,6 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.replies import ReplyStats
 from app.ui.message_widget import MessageWidget
 
 COLUMN_WIDTH = 860  # the widest the column grows: lines stay readable
@@ -48,7 +49,7 @@ class Entry:
     role: str
     text: str
     model: str = ""
-    stats: Mapping[str, object] | None = None
+    stats: ReplyStats | None = None
     note: str = ""  # why the message ended early, shown under it
     height: int = 0  # of its row when it was last let go
     row: MessageWidget | None = None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
 from PySide6.QtGui import QColor, QFont, QPalette, QResizeEvent, QWheelEvent
@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.replies import ReplyStats, describe
 from app.ui.live_reply import LiveReply
 from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
 
@@ -58,36 +59,6 @@ def _scaled(font: QFont, factor: float) -> QFont:
     elif font.pixelSize() > 0:  # a font set in pixels has no point size
         scaled.setPixelSize(round(font.pixelSize() * factor))
     return scaled
-
-
-def describe_stats(stats: Mapping[str, object]) -> str:
-    """The reply's details as a user reads them, one fact a line."""
-    lines: list[str] = []
-    tokens, rate = stats.get("tokens"), stats.get("tokens_per_s")
-    if isinstance(tokens, int):
-        speed = f" at {rate:.1f} tokens/s" if isinstance(rate, int | float) and rate else ""
-        lines.append(f"{tokens:,} tokens{speed}")
-    ttft = stats.get("ttft_s")
-    if isinstance(ttft, int | float):
-        lines.append(f"First token after {ttft:.2f} s")
-    prompt, cached = stats.get("prompt_tokens"), stats.get("cached_tokens")
-    if isinstance(prompt, int) and isinstance(cached, int):
-        lines.append(f"{cached:,} of {prompt:,} prompt tokens reused from cache")
-    dropped = stats.get("dropped_turns")
-    if isinstance(dropped, int) and dropped > 0:
-        turns = "turn" if dropped == 1 else "turns"
-        lines.append(f"{dropped} earlier {turns} left out to fit the context")
-    reason = stats.get("finish_reason")
-    if reason == "length":
-        lines.append("Stopped at the reply length limit")
-    elif reason == "context":
-        lines.append("Stopped: the context is full")
-    elif stats.get("stopped") or reason == "stopped":
-        lines.append("Stopped")
-    model = stats.get("model")
-    if isinstance(model, str) and model:
-        lines.append(f"Model: {model}")
-    return "\n".join(lines)
 
 
 class MessageText(QTextBrowser):
@@ -218,7 +189,7 @@ class MessageWidget(QFrame):
     """The user wants to edit this message; carries its text."""
 
     def __init__(self, role: str, text: str, theme: Theme, *, model: str = "",
-                 stats: Mapping[str, object] | None = None, note: str = "",
+                 stats: ReplyStats | None = None, note: str = "",
                  width: int = 600, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         # Laid out at its final width from the start: a QTextDocument layout is the
@@ -228,7 +199,7 @@ class MessageWidget(QFrame):
         self._markdown = text
         self._theme = theme
         self._model = model
-        self._stats: Mapping[str, object] = stats or {}
+        self._stats = stats
         self._code_blocks: Sequence[str] = ()
         self._live: LiveReply | None = None
         self.setObjectName("userMessage" if role == "user" else "replyMessage")
@@ -340,11 +311,11 @@ class MessageWidget(QFrame):
         if self._live is not None:
             self._live.append(text)
 
-    def finish(self, text: str, stats: Mapping[str, object] | None) -> None:
+    def finish(self, text: str, stats: ReplyStats | None) -> None:
         """The final text, rendered once, and the reply's stats."""
         self._live = None
         self._markdown = text
-        self._stats = stats or {}
+        self._stats = stats
         self._apply_stats()
         self._update_names()
         self._render()
@@ -374,7 +345,8 @@ class MessageWidget(QFrame):
             self.text.setHtml(rendered.html)
 
     def _apply_stats(self) -> None:
-        summary = describe_stats(self._stats) if self.role == "assistant" else ""
+        stats = self._stats if self.role == "assistant" else None
+        summary = "\n".join(describe(stats)) if stats is not None else ""
         self.details.setText(summary)
         self.details_button.setToolTip(summary or "No details for this reply")
         self.details_button.setVisible(bool(summary))

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
+
+if TYPE_CHECKING:
+    from app.core.replies import ReplyStats
 
 
 class StatusLine(QWidget):
@@ -46,15 +49,10 @@ class StatusLine(QWidget):
         self._n_ctx = n_ctx
         self._show_context()
 
-    def show_reply(self, stats: Mapping[str, object] | None) -> None:
+    def show_reply(self, stats: ReplyStats | None) -> None:
         """Context use and speed from a reply's stats; None clears them (new chat)."""
-        stats = stats or {}
-        prompt = stats.get("prompt_tokens", 0)
-        tokens = stats.get("tokens", 0)
-        self._used = (prompt if isinstance(prompt, int) else 0) + \
-            (tokens if isinstance(tokens, int) else 0)
-        speed = stats.get("tokens_per_s")
-        self.speed.setText(f"{speed:.1f} tok/s" if isinstance(speed, int | float) and speed
+        self._used = stats.prompt_tokens + stats.tokens if stats else 0
+        self.speed.setText(f"{stats.tokens_per_s:.1f} tok/s" if stats and stats.tokens_per_s
                            else "")
         self._show_context()
 

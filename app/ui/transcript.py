@@ -10,12 +10,13 @@ at the bottom it follows the reply; once the user scrolls up it stays put.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 
+from app.core.replies import ReplyStats
 from app.core.store import Message
 from app.ui.message_column import Entry, MessageColumn
 from app.ui.message_widget import MessageWidget, mix, theme_for
@@ -109,14 +110,12 @@ class TranscriptView(QWidget):
         if not self._flush_timer.isActive():
             self._flush_timer.start()
 
-    def finish_reply(self, text: str, stats: Mapping[str, object] | None) -> None:
+    def finish_reply(self, text: str, stats: ReplyStats | None) -> None:
         """Show the reply's final text, rendered once, and its stats."""
         entry = self._live
         self._stop_stream()
         if entry is None:
-            model = (stats or {}).get("model")
-            self._add(Entry("assistant", text, model=model if isinstance(model, str) else "",
-                            stats=stats))
+            self._add(Entry("assistant", text, model=stats.model if stats else "", stats=stats))
             return
         entry.text, entry.stats = text, stats
         if entry.row is not None:
@@ -232,10 +231,9 @@ class TranscriptView(QWidget):
 
 
 def _entry(message: Message) -> Entry:
-    stats = message.stats or {}
-    model = stats.get("model")
-    return Entry(message.role, message.text, model=model if isinstance(model, str) else "",
-                 stats=message.stats, note="" if message.complete else INTERRUPTED)
+    stats = message.reply_stats
+    return Entry(message.role, message.text, model=stats.model if stats else "", stats=stats,
+                 note="" if message.complete else INTERRUPTED)
 
 
 def _last_user(entries: Sequence[Entry]) -> Entry | None:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QEvent, QObject, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import (
@@ -51,6 +51,7 @@ from app.ui.top_bar import TopBar
 if TYPE_CHECKING:
     from app.core.catalog import ModelEntry
     from app.core.engine import LoadedModel
+    from app.core.replies import ReplyStats
     from app.core.settings import Settings
     from app.core.sources import Source
     from app.core.store import Message
@@ -332,7 +333,7 @@ class MainWindow(QMainWindow):
 
     def new_chat(self) -> None:
         self.composer_bar.cancel_edit()
-        if self.controller is not None and self.controller.chat is not None:
+        if self.controller is not None and self.controller.core is not None:
             self.controller.new_chat()
         self._focus_composer()
 
@@ -528,8 +529,8 @@ class MainWindow(QMainWindow):
         self._leave_edit()
         self._view.set_messages(history)
         self.sidebar.set_current(conversation_id)
-        replies = [m for m in history if m.role == "assistant" and m.stats]
-        self.status.show_reply(replies[-1].stats if replies else None)
+        replies = [m.reply_stats for m in history if m.role == "assistant" and m.stats]
+        self.status.show_reply(replies[-1] if replies else None)
         self._update_title()
 
     def _on_chat_cleared(self) -> None:
@@ -549,7 +550,7 @@ class MainWindow(QMainWindow):
         if self.composer_bar.editing:
             self.composer_bar.finish_edit()
 
-    def _on_reply_finished(self, text: str, stats: dict[str, Any]) -> None:
+    def _on_reply_finished(self, text: str, stats: ReplyStats) -> None:
         self._view.finish_reply(text, stats)
         self.status.show_reply(stats)
 

@@ -21,8 +21,12 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+if TYPE_CHECKING:
+    from app.core.replies import ReplyStats
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_API", "pyside6")
 
@@ -127,14 +131,14 @@ async def _throughput_and_close(window: object) -> None:
     controller = window.controller
     while controller.model is None or controller.loading:
         await asyncio.sleep(0.05)
-    chat = controller.chat
-    assert chat is not None
+    core = controller.core
+    assert core is not None
 
     async def through_window() -> tuple[float, float, int]:
         await controller.new_chat()
-        finished: asyncio.Future[dict[str, float]] = asyncio.get_running_loop().create_future()
+        finished: asyncio.Future[ReplyStats] = asyncio.get_running_loop().create_future()
 
-        def on_finished(_text: str, stats: dict[str, float]) -> None:
+        def on_finished(_text: str, stats: ReplyStats) -> None:
             if not finished.done():
                 finished.set_result(stats)
 
@@ -144,13 +148,12 @@ async def _throughput_and_close(window: object) -> None:
         stats = await finished
         wall = time.perf_counter() - started
         controller.reply_finished.disconnect(on_finished)
-        tokens = int(stats["tokens"])
-        return stats["tokens_per_s"], tokens / wall, tokens
+        return stats.tokens_per_s, stats.tokens / wall, stats.tokens
 
     async def engine_alone() -> tuple[float, float, int]:
-        await asyncio.wrap_future(chat.new_chat())
+        await asyncio.wrap_future(core.new_chat())
         started = time.perf_counter()
-        turn = chat.send(STORY, controller.prefs.sampling())
+        turn = await asyncio.wrap_future(core.send(STORY))
         result = await asyncio.wrap_future(turn.future)
         wall = time.perf_counter() - started
         stats = result.reply.stats

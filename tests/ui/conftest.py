@@ -19,6 +19,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
+from app.core.replies import ReplyStats
 from app.ui import messages
 from app.ui.messages import Level, Notice
 from app.ui.transcript import TranscriptView
@@ -154,7 +155,7 @@ def type_and_send(qtbot: Any, window: MainWindow, text: str) -> None:
     qtbot.keyClick(window.composer, Qt.Key.Key_Return)
 
 
-def send(qtbot: Any, window: MainWindow, text: str) -> tuple[str, dict[str, Any]]:
+def send(qtbot: Any, window: MainWindow, text: str) -> tuple[str, ReplyStats]:
     """Send ``text`` and wait for the whole reply: its text and stats."""
     assert window.controller is not None
     with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS) as done:

@@ -17,6 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.core.replies import ReplyStats
 from app.ui.chat_controller import DELIVERY_MS
 from app.ui.markdown import COPY_CODE_PREFIX
 from app.ui.message_widget import MessageText
@@ -92,7 +93,7 @@ def stream(view: TranscriptView, text: str) -> float:
     for start in range(0, len(text), PIECE):
         view.append_piece(text[start:start + PIECE])
         QTest.qWait(DELIVERY_MS)
-    view.finish_reply(text, {"tokens": len(text) // 4, "finish_reason": "length"})
+    view.finish_reply(text, ReplyStats(0, 0, len(text) // 4, 0.0, 0.0, "length"))
     QTest.qWait(200)  # what the last render left for later (layout, painting)
     view.grab()
     return heartbeat.stop()

@@ -12,6 +12,7 @@ from PySide6.QtGui import QColor, QPalette, QTextCursor, QTextTable
 from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QScrollBar
 from pytestqt.qtbot import QtBot
 
+from app.core.replies import ReplyStats
 from app.core.store import Message, Store
 from app.ui import live_reply, markdown, message_column
 from app.ui.message_widget import MessageText, MessageWidget, theme_for
@@ -234,7 +235,7 @@ def test_streaming_hides_regenerate_and_edit_until_the_reply_ends(view: Transcri
     view.begin_reply("SmolLM2")
     rows = view.message_widgets()
     assert not any(r.regenerate_button.isVisible() or r.edit_button.isVisible() for r in rows)
-    view.finish_reply("two", STATS)
+    view.finish_reply("two", ReplyStats.from_json(STATS))
     user2, reply2 = view.message_widgets()[-2:]
     assert reply2.regenerate_button.isVisible() and user2.edit_button.isVisible()
     assert not view.message_widgets()[1].regenerate_button.isVisible()
@@ -326,7 +327,7 @@ def test_finish_reply_renders_the_final_markdown(view: TranscriptView, qtbot: Qt
     view.begin_reply("SmolLM2")
     for piece in pieces_of(REPLY):
         view.append_piece(piece)
-    view.finish_reply(REPLY, STATS)
+    view.finish_reply(REPLY, ReplyStats.from_json(STATS))
     reply = last(view)
     assert reply.markdown() == REPLY
     assert "[the csv docs]" not in reply.text.toPlainText()

@@ -95,7 +95,7 @@ def test_escape_stops_a_reply_and_keeps_what_was_written(
     with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
         qtbot.keyClick(window.composer, Qt.Key.Key_Escape)
     text, stats = done.args
-    assert stats["finish_reason"] == "stopped" and stats["tokens"] < 2000
+    assert stats.finish_reason == "stopped" and stats.tokens < 2000
     assert text and last_reply_text(window) == text
     reply = saved_messages(controller.conversation_id or -1)[-1]
     assert reply.text == text and reply.complete
@@ -142,7 +142,7 @@ def test_switching_model_mid_conversation_continues_it(
     assert window.picker.current_path() == gemma_path
 
     _text, stats = send(qtbot, window, "Name another colour.")
-    assert stats["model"] == controller.model.name
+    assert stats.model == controller.model.name
     assert controller.conversation_id == conversation
     assert [m.role for m in saved_messages(conversation or -1)] == \
         ["user", "assistant", "user", "assistant"]
@@ -461,7 +461,7 @@ def test_window_stays_responsive_while_a_model_loads_and_a_reply_streams(
     heartbeat.start()
     _text, stats = send(qtbot, window, STORY)
     streaming_gap = heartbeat.stop()
-    assert stats["tokens"] > 50
+    assert stats.tokens > 50
     assert loading_gap < MAX_GAP_S, f"the window stalled {loading_gap * 1000:.0f} ms loading"
     assert streaming_gap < MAX_GAP_S, \
         f"the window stalled {streaming_gap * 1000:.0f} ms streaming"

@@ -1,0 +1,434 @@
+"""Fireside's core as one object: what the window, the terminal and any later face use.
+
+``Fireside`` owns:
+
+- the backend that writes replies (the inference engine, or the tests' scripted one),
+- the conversation store, and one in memory when the disk refuses it,
+- the model library: the model folders, other apps' stores, and the watcher on them,
+- settings as a reply or a load uses them: the saved ones, a model's own, and what a
+  face sets for its session (the terminal's flags),
+- the turn queue: actions on the model's sequence (send, edit, regenerate, new chat,
+  open, delete, load) run one at a time in the order asked, and a reply holds the
+  queue until it is saved, so a reply can never land in another conversation,
+- shutdown, in bounded time.
+
+A face adapts it and never assembles it: it calls these methods, waits on the
+futures they return (``.result()`` in the terminal, ``asyncio.wrap_future`` in the
+window) and turns what comes back into its own events. A whole face, in short::
+
+    core = Fireside.open()
+    core.load(core.choose_model(None)).result()
+    turn = core.send("Hello!", on_piece=lambda text: print(text, end="")).result()
+    print("\\n", turn.future.result().reply.stats)  # stored, with its figures
+    core.close()
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from app.core import catalog, models, settings, sources
+from app.core.backend import (
+    Backend,
+    EngineError,
+    LoadCancelled,
+    LoadedModel,
+    NoModelLoaded,
+    PieceCallback,
+)
+from app.core.chat import ChatService, ChatTurn
+from app.core.options import LoadOptions, Sampling
+from app.core.store import Conversation, Message, Store, StoreError, open_store
+from app.core.watch import Watcher
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Leaving (a signal, the window closed): a stopped reply gets EXIT_SAVE_S to be saved,
+# then the model EXIT_CLOSE_S to close. Past that the process exits anyway (the system
+# frees the model; the database stays whole), so leaving never takes much over 1.5 s.
+EXIT_SAVE_S = 1.0
+EXIT_CLOSE_S = 0.5
+
+
+@dataclass(frozen=True)
+class Library:
+    """The models found, and where other apps' stores were looked for."""
+
+    entries: list[catalog.ModelEntry] = field(default_factory=list)
+    sources: list[sources.Source] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class SessionSettings:
+    """What a face sets for its session over the saved settings (None: keep them)."""
+
+    n_ctx: int | None = None
+    n_threads: int | None = None
+    system_prompt: str | None = None
+    sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
+
+
+@dataclass(frozen=True)
+class Rewound:
+    """A reply that replaces the end of the open conversation (an edit, a regenerate),
+    and the messages that stay before it, for a face to show again."""
+
+    turn: ChatTurn
+    before: list[Message]
+
+
+class Fireside:
+    def __init__(self, engine: Backend, store: Store, prefs: settings.Settings, *,
+                 models_dirs: Sequence[Path] = (),
+                 save_settings: Callable[[settings.Settings], None] = settings.save,
+                 notices: Sequence[str] = (), store_error: str | None = None) -> None:
+        self.engine = engine
+        self.store = store
+        self.settings = prefs
+        self.chat = ChatService(engine, store)
+        self.session = SessionSettings()
+        self.library = Library()
+        # Things the user should be told once, at the start: a settings file or database
+        # set aside, a CPU level passed over.
+        self.notices = [n for n in notices if n]
+        # Why conversations are not kept (the database could not be opened at all): the
+        # store is then one in memory.
+        self.store_error = store_error
+        self._models_dirs = [Path(p) for p in models_dirs]
+        self._save = save_settings
+        self._turns = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fireside-turns")
+        self._reply: ChatTurn | None = None  # the reply holding the queue
+        self._pending: set[Future[Any]] = set()  # actions not yet begun
+        self._preempting = 0  # queued actions that stop every reply before them
+        self._loads: set[threading.Event] = set()  # a cancel flag per load not finished
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._watcher: Watcher | None = None
+        # What the watcher looks at, replaced whole (never mutated) when it changes.
+        self._watched: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
+
+    @classmethod
+    def open(cls, models_dirs: Sequence[Path] = (), engine: Backend | None = None,
+             prefs: settings.Settings | None = None,
+             save_settings: Callable[[settings.Settings], None] = settings.save) -> Fireside:
+        """Everything from disk: settings (unless given), conversations, the models found.
+
+        Blocking disk work: a window calls it off its GUI thread.
+        """
+        notices: list[str] = []
+        if prefs is None:
+            loaded = settings.load()
+            prefs = loaded.settings
+            notices.append(loaded.problem or "")
+        store_error = None
+        try:
+            store = open_store()
+            notices.append(store.notice or "")
+        except StoreError as err:
+            store, store_error = Store(":memory:"), str(err)
+        if engine is None:
+            from app.core import cpu_backends  # noqa: PLC0415 - after llama.cpp chose its CPU code
+            from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
+
+            engine = Engine()
+            notices.append(cpu_backends.notice() or "")
+        core = cls(engine, store, prefs, models_dirs=models_dirs, save_settings=save_settings,
+                   notices=notices, store_error=store_error)
+        core.rescan()
+        return core
+
+    # State ---------------------------------------------------------------------------
+
+    @property
+    def model(self) -> LoadedModel | None:
+        return self.engine.loaded
+
+    @property
+    def conversation_id(self) -> int | None:
+        return self.chat.conversation_id
+
+    @property
+    def replying(self) -> bool:
+        return self._reply is not None
+
+    def history(self) -> list[Message]:
+        """The open conversation's messages, with any the disk has not taken yet."""
+        return self.chat.history()
+
+    def conversation(self) -> Conversation | None:
+        """The open conversation, if it is saved."""
+        return self.chat.conversation()
+
+    def last_user_text(self) -> str | None:
+        users = [m for m in self.history() if m.role == "user"]
+        return users[-1].text if users else None
+
+    # Settings ------------------------------------------------------------------------
+
+    def load_options(self, path: Path | str | None) -> LoadOptions:
+        """How ``path`` loads: the defaults, then the model's own, then the session's."""
+        return dataclasses.replace(self.settings.load_options(path), **_given(
+            n_ctx=self.session.n_ctx, n_threads=self.session.n_threads))
+
+    def sampling(self, path: Path | str | None = None) -> Sampling:
+        model = path if path is not None else self._model_path()
+        return dataclasses.replace(self.settings.sampling(model),
+                                   **_given(**self.session.sampling))
+
+    def system_prompt(self, path: Path | str | None = None) -> str:
+        if self.session.system_prompt is not None:
+            return self.session.system_prompt
+        model = path if path is not None else self._model_path()
+        return self.settings.system_prompt_for(model)
+
+    def save_settings(self) -> None:
+        try:
+            self._save(self.settings)
+        except OSError as err:
+            logger.warning("settings not saved: %s", err)
+
+    def _model_path(self) -> Path | None:
+        model = self.engine.loaded
+        return model.path if model else None
+
+    # The model library -----------------------------------------------------------------
+
+    def folders(self) -> list[tuple[Path, str]]:
+        return catalog.default_folders([Path(p) for p in self.settings.model_folders],
+                                       self._models_dirs)
+
+    def rescan(self) -> Library:
+        """Look at the model folders and other apps' stores again (disk work)."""
+        folders = self.folders()
+        disabled = frozenset(self.settings.disabled_sources)
+        self._watched = (tuple(folders), disabled)
+        found = sources.discover()
+        self.library = Library(catalog.scan(folders, catalog.switched_on(found, disabled)),
+                               found)
+        return self.library
+
+    def watch(self, on_change: Callable[[], None]) -> None:
+        """Call ``on_change`` (from the watcher's thread) when model files come and go."""
+        if self._watcher is None and not self._closed.is_set():
+            self._watcher = Watcher(self._watch_list, on_change)
+            self._watcher.start()
+
+    def _watch_list(self) -> list[tuple[str, Path]]:
+        folders, disabled = self._watched  # on the watcher's thread: one read, no locks
+        return catalog.watch_list(folders, disabled)
+
+    def choose_model(self, query: str | None, required: bool = False) -> Path:
+        """A path or a model's name; None: the last used, else the default. LookupError
+        (with a message for the user) if there is none."""
+        return models.choose_model(query, self.library.entries, self.settings, required)
+
+    # Actions on the model's sequence: queued, one at a time ----------------------------
+
+    def load(self, path: Path, on_progress: Callable[[float], None] | None = None,
+             preempt: bool = False) -> Future[LoadedModel]:
+        """Switch model; the open conversation stays and goes on with the new one."""
+
+        cancel = threading.Event()  # a load cancelled while it waits in the queue
+        with self._lock:
+            self._loads.add(cancel)
+
+        def run() -> LoadedModel:
+            try:
+                if cancel.is_set():
+                    raise LoadCancelled(f"Loading {path.name} was cancelled.")
+                future = self.chat.load_model(path, self.load_options(path), on_progress)
+                if cancel.is_set():  # between the check and the engine taking it
+                    self.engine.cancel_load()
+                loaded = future.result()
+            finally:
+                with self._lock:
+                    self._loads.discard(cancel)
+            self.settings.last_model = str(path)
+            self.save_settings()
+            return loaded
+
+        return self._queue(run, preempt)
+
+    def cancel_load(self) -> None:
+        """Cancel the load under way and those queued; the model in use stays."""
+        with self._lock:
+            for cancel in self._loads:
+                cancel.set()
+        self.engine.cancel_load()
+
+    def send(self, text: str, on_piece: PieceCallback | None = None,
+             preempt: bool = False) -> Future[ChatTurn]:
+        """Store ``text`` in the open conversation (a new one if none) and stream a reply."""
+        return self._queue(lambda: self._start(
+            self.chat.send(text, self.sampling(), self.system_prompt(), on_piece)), preempt)
+
+    def edit_last(self, text: str, conversation_id: int | None,
+                  on_piece: PieceCallback | None = None,
+                  preempt: bool = False) -> Future[Rewound | ChatTurn]:
+        """Replace the last user message of ``conversation_id`` (and its reply) with
+        ``text``; if another conversation is open by the time it runs, send ``text``
+        there as a new message instead (a ChatTurn then)."""
+
+        def run() -> Rewound | ChatTurn:
+            if conversation_id is None or self.chat.conversation_id != conversation_id:
+                return self._start(self.chat.send(text, self.sampling(),
+                                                  self.system_prompt(), on_piece))
+            history = self.chat.history()
+            users = [i for i, m in enumerate(history) if m.role == "user"]
+            before = history[:users[-1]] if users else history
+            turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(), on_piece)
+            return Rewound(self._start(turn), before)
+
+        return self._queue(run, preempt)
+
+    def regenerate(self, on_piece: PieceCallback | None = None,
+                   preempt: bool = False) -> Future[Rewound | None]:
+        """Write the last reply again; None if the conversation has no message to answer."""
+
+        def run() -> Rewound | None:
+            history = self.chat.history()
+            if not any(m.role == "user" for m in history):
+                return None
+            while history and history[-1].role == "assistant":
+                history = history[:-1]
+            turn = self.chat.regenerate(self.sampling(), self.system_prompt(), on_piece)
+            return Rewound(self._start(turn), history)
+
+        return self._queue(run, preempt)
+
+    def new_chat(self, preempt: bool = False) -> Future[None]:
+        """An empty chat: the sequence's history is cleared, the model stays."""
+        return self._queue(self._clear, preempt)
+
+    def open_conversation(self, conversation_id: int,
+                          preempt: bool = False) -> Future[list[Message] | None]:
+        """Open a conversation: its messages; None if it no longer exists."""
+
+        def run() -> list[Message] | None:
+            if self.store.get_conversation(conversation_id) is None:
+                return None
+            return self.chat.open(conversation_id)
+
+        return self._queue(run, preempt)
+
+    def delete_conversation(self, conversation_id: int,
+                            preempt: bool = False) -> Future[Conversation | None]:
+        """Delete a conversation (it can be brought back until the core closes); a new chat
+        follows if it was open. Its record as it was, or None if it was already gone."""
+
+        def run() -> Conversation | None:
+            conversation = self.store.get_conversation(conversation_id)
+            self.store.delete_conversation(conversation_id)
+            if conversation_id == self.chat.conversation_id:
+                self._clear()
+            return conversation
+
+        return self._queue(run, preempt)
+
+    def undelete_conversation(self, conversation_id: int) -> None:
+        self.store.undelete_conversation(conversation_id)
+
+    def rename_conversation(self, conversation_id: int, title: str) -> None:
+        self.store.rename_conversation(conversation_id, title)
+
+    def conversations(self, query: str = "") -> list[Conversation]:
+        return self.store.list_conversations(query or None)
+
+    def stop(self) -> None:
+        """Stop the reply under way now (its text so far is kept); queued actions go on."""
+        reply = self._reply
+        if reply is not None:
+            reply.stop()
+
+    def _clear(self) -> None:
+        with contextlib.suppress(NoModelLoaded):  # nothing to clear
+            self.chat.new_chat().result()
+
+    def _start(self, turn: ChatTurn) -> ChatTurn:
+        """The reply holds the queue until it is saved (see ``_queue``)."""
+        self._reply = turn
+        if self._closed.is_set() or self._preempting:
+            turn.stop()  # an action queued after it wants the model now
+        return turn
+
+    def _queue(self, action: Callable[[], T], preempt: bool) -> Future[T]:
+        """Run ``action`` after those queued before it (and their replies). ``preempt``:
+        stop the reply under way, and any that an action before this one starts."""
+        future: Future[T] = Future()
+        with self._lock:
+            self._pending.add(future)
+            if preempt:
+                self._preempting += 1
+        if preempt:
+            self.stop()
+
+        def run() -> None:
+            with self._lock:
+                self._pending.discard(future)
+                if preempt:
+                    self._preempting -= 1
+            if not future.set_running_or_notify_cancel():
+                return
+            try:
+                future.set_result(action())
+            except BaseException as exc:  # delivered to the face, never lost
+                future.set_exception(exc)
+            reply = self._reply
+            if reply is not None:
+                with contextlib.suppress(EngineError, StoreError, CancelledError):
+                    reply.future.result()
+                self._reply = None
+
+        try:
+            self._turns.submit(run)
+        except RuntimeError:  # closed: nothing more runs
+            future.cancel()
+        return future
+
+    # Leaving ---------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop the reply (its text so far is saved), close the model and the database.
+
+        Takes at most about EXIT_SAVE_S + EXIT_CLOSE_S; actions still queued are cancelled.
+        """
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        if self._watcher is not None:
+            self._watcher.stop()
+        self._turns.shutdown(wait=False, cancel_futures=True)
+        with self._lock:
+            waiting, self._pending = self._pending, set()
+        for future in waiting:
+            future.cancel()
+        self.cancel_load()
+        reply = self._reply
+        if reply is not None:
+            reply.stop()
+            with contextlib.suppress(Exception):  # leaving anyway
+                reply.future.result(timeout=EXIT_SAVE_S)
+        if not self.engine.close(timeout=EXIT_CLOSE_S):
+            logger.warning("the inference thread did not finish in time")
+        error = self.chat.save_unsaved() if self.chat.unsaved else None  # room again?
+        if error:
+            logger.warning("messages not saved at exit: %s", error)
+        try:
+            self.store.purge_deleted()  # deleted means deleted once Fireside closes
+        except StoreError as err:
+            logger.warning("deleted conversations not purged: %s", err)
+        self.store.close()
+
+
+def _given(**values: Any) -> dict[str, Any]:
+    return {name: value for name, value in values.items() if value is not None}

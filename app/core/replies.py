@@ -1,0 +1,87 @@
+"""A reply as every face sees it: its text, its figures (ReplyStats), and those in words.
+
+The engine makes a ReplyStats, the chat service stores it as JSON with the message,
+and the faces get it back as itself (``Message.reply_stats`` for a stored one). It
+is turned into words in one place, :func:`describe`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any, Literal, get_args
+
+# "stop": the model ended its turn; "length": the reply length limit; "context": the
+# context filled up; "stopped": the user (or leaving) stopped it.
+FinishReason = Literal["stop", "length", "context", "stopped"]
+_FINISHES: tuple[FinishReason, ...] = get_args(FinishReason)
+
+
+@dataclass(frozen=True)
+class ReplyStats:
+    prompt_tokens: int
+    cached_tokens: int
+    tokens: int
+    ttft_s: float
+    tokens_per_s: float
+    finish_reason: FinishReason
+    dropped_turns: int = 0
+    model: str = ""
+
+    @property
+    def stopped(self) -> bool:
+        return self.finish_reason == "stopped"
+
+    def to_json(self) -> dict[str, Any]:
+        return {**asdict(self), "stopped": self.stopped}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> ReplyStats | None:
+        """A stored reply's figures; what a row lacks (an older or a cut-off reply) is 0."""
+        if not data:
+            return None
+
+        def number(name: str) -> float:
+            value = data.get(name)
+            return value if isinstance(value, int | float) and not isinstance(value, bool) \
+                else 0
+
+        stored = data.get("finish_reason")
+        reason: FinishReason = "stopped" if data.get("stopped") else "stop"
+        for known in _FINISHES:
+            if stored == known:
+                reason = known
+        model = data.get("model")
+        return cls(prompt_tokens=int(number("prompt_tokens")),
+                   cached_tokens=int(number("cached_tokens")), tokens=int(number("tokens")),
+                   ttft_s=float(number("ttft_s")), tokens_per_s=float(number("tokens_per_s")),
+                   finish_reason=reason, dropped_turns=int(number("dropped_turns")),
+                   model=model if isinstance(model, str) else "")
+
+
+@dataclass(frozen=True)
+class Reply:
+    text: str
+    stats: ReplyStats
+
+
+def describe(stats: ReplyStats) -> list[str]:
+    """The reply's details as a user reads them, one fact a line."""
+    lines: list[str] = []
+    if stats.tokens:
+        speed = f" at {stats.tokens_per_s:.1f} tokens/s" if stats.tokens_per_s else ""
+        lines.append(f"{stats.tokens:,} tokens{speed}")
+    if stats.ttft_s:
+        lines.append(f"First token after {stats.ttft_s:.2f} s")
+    if stats.prompt_tokens:
+        lines.append(f"{stats.cached_tokens:,} of {stats.prompt_tokens:,} prompt tokens "
+                     "reused from cache")
+    if stats.dropped_turns > 0:
+        turns = "turn" if stats.dropped_turns == 1 else "turns"
+        lines.append(f"{stats.dropped_turns} earlier {turns} left out to fit the context")
+    lines += {"length": ["Stopped at the reply length limit"],
+              "context": ["Stopped: the context is full"],
+              "stopped": ["Stopped"]}.get(stats.finish_reason, [])
+    if stats.model:
+        lines.append(f"Model: {stats.model}")
+    return lines
