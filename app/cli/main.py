@@ -114,14 +114,15 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from app.core import catalog, settings  # noqa: PLC0415
+    from app.core import settings  # noqa: PLC0415
+    from app.core.library import ModelLibrary  # noqa: PLC0415
 
     loaded = settings.load()
     if loaded.problem:
         print(f"fireside: {loaded.problem}", file=sys.stderr)
-    prefs = loaded.settings
-    folders = catalog.default_folders([Path(p) for p in prefs.model_folders], args.models_dir)
-    entries = catalog.scan(folders, catalog.app_stores(prefs.disabled_sources))
+    library = ModelLibrary(loaded.settings, args.models_dir)
+    library.rescan()
+    entries = library.entries
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_json(), ensure_ascii=False))

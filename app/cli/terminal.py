@@ -87,7 +87,7 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         out.error(f"{core.store_error}. This chat will not be saved.")
         status = 1
     try:
-        model_path = core.choose_model(args.model)
+        model_path = core.library.choose(args.model)
     except LookupError as err:
         out.error(str(err))
         return 2
@@ -249,7 +249,7 @@ class _Session:
 
     def _switch(self, query: str) -> None:
         try:
-            path = self.core.choose_model(query or None, required=True)
+            path = self.core.library.choose(query or None, required=True)
         except LookupError as err:
             self.out.error(str(err))
             return

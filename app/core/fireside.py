@@ -4,7 +4,8 @@
 
 - the backend that writes replies (the inference engine, or the tests' scripted one),
 - the conversation store, and one in memory when the disk refuses it,
-- the model library: the model folders, other apps' stores, and the watcher on them,
+- the model library (:class:`ModelLibrary`): the model folders, other apps' stores,
+  and the watcher on them,
 - settings as a reply or a load uses them: the saved ones, a model's own, and what a
   face sets for its session (the terminal's flags),
 - the turn queue: actions on the model's sequence (send, edit, regenerate, new chat,
@@ -17,7 +18,7 @@ futures they return (``.result()`` in the terminal, ``asyncio.wrap_future`` in t
 window) and turns what comes back into its own events. A whole face, in short::
 
     core = Fireside.open()
-    core.load(core.choose_model(None)).result()
+    core.load(core.library.choose(None)).result()
     turn = core.send("Hello!", on_piece=lambda text: print(text, end="")).result()
     print("\\n", turn.future.result().reply.stats)  # stored, with its figures
     core.close()
@@ -35,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import catalog, models, settings, sources
+from app.core import settings
 from app.core.backend import (
     Backend,
     EngineError,
@@ -45,9 +46,9 @@ from app.core.backend import (
     PieceCallback,
 )
 from app.core.chat import ChatService, ChatTurn
+from app.core.library import ModelLibrary
 from app.core.options import LoadOptions, Sampling
 from app.core.store import Conversation, Message, Store, StoreError, open_store
-from app.core.watch import Watcher
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +59,6 @@ T = TypeVar("T")
 # frees the model; the database stays whole), so leaving never takes much over 1.5 s.
 EXIT_SAVE_S = 1.0
 EXIT_CLOSE_S = 0.5
-
-
-@dataclass(frozen=True)
-class Library:
-    """The models found, and where other apps' stores were looked for."""
-
-    entries: list[catalog.ModelEntry] = field(default_factory=list)
-    sources: list[sources.Source] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -97,14 +90,13 @@ class Fireside:
         self.settings = prefs
         self.chat = ChatService(engine, store)
         self.session = SessionSettings()
-        self.library = Library()
+        self.library = ModelLibrary(prefs, models_dirs)
         # Things the user should be told once, at the start: a settings file or database
         # set aside, a CPU level passed over.
         self.notices = [n for n in notices if n]
         # Why conversations are not kept (the database could not be opened at all): the
         # store is then one in memory.
         self.store_error = store_error
-        self._models_dirs = [Path(p) for p in models_dirs]
         self._save = save_settings
         self._turns = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fireside-turns")
         self._reply: ChatTurn | None = None  # the reply holding the queue
@@ -113,9 +105,6 @@ class Fireside:
         self._loads: set[threading.Event] = set()  # a cancel flag per load not finished
         self._lock = threading.Lock()
         self._closed = threading.Event()
-        self._watcher: Watcher | None = None
-        # What the watcher looks at, replaced whole (never mutated) when it changes.
-        self._watched: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
 
     @classmethod
     def open(cls, models_dirs: Sequence[Path] = (), engine: Backend | None = None,
@@ -144,7 +133,7 @@ class Fireside:
             notices.append(cpu_backends.notice() or "")
         core = cls(engine, store, prefs, models_dirs=models_dirs, save_settings=save_settings,
                    notices=notices, store_error=store_error)
-        core.rescan()
+        core.library.rescan()
         return core
 
     # State ---------------------------------------------------------------------------
@@ -200,37 +189,6 @@ class Fireside:
     def _model_path(self) -> Path | None:
         model = self.engine.loaded
         return model.path if model else None
-
-    # The model library -----------------------------------------------------------------
-
-    def folders(self) -> list[tuple[Path, str]]:
-        return catalog.default_folders([Path(p) for p in self.settings.model_folders],
-                                       self._models_dirs)
-
-    def rescan(self) -> Library:
-        """Look at the model folders and other apps' stores again (disk work)."""
-        folders = self.folders()
-        disabled = frozenset(self.settings.disabled_sources)
-        self._watched = (tuple(folders), disabled)
-        found = sources.discover()
-        self.library = Library(catalog.scan(folders, catalog.switched_on(found, disabled)),
-                               found)
-        return self.library
-
-    def watch(self, on_change: Callable[[], None]) -> None:
-        """Call ``on_change`` (from the watcher's thread) when model files come and go."""
-        if self._watcher is None and not self._closed.is_set():
-            self._watcher = Watcher(self._watch_list, on_change)
-            self._watcher.start()
-
-    def _watch_list(self) -> list[tuple[str, Path]]:
-        folders, disabled = self._watched  # on the watcher's thread: one read, no locks
-        return catalog.watch_list(folders, disabled)
-
-    def choose_model(self, query: str | None, required: bool = False) -> Path:
-        """A path or a model's name; None: the last used, else the default. LookupError
-        (with a message for the user) if there is none."""
-        return models.choose_model(query, self.library.entries, self.settings, required)
 
     # Actions on the model's sequence: queued, one at a time ----------------------------
 
@@ -405,8 +363,7 @@ class Fireside:
         if self._closed.is_set():
             return
         self._closed.set()
-        if self._watcher is not None:
-            self._watcher.stop()
+        self.library.stop_watching()
         self._turns.shutdown(wait=False, cancel_futures=True)
         with self._lock:
             waiting, self._pending = self._pending, set()

@@ -286,12 +286,12 @@ class ChatController(QObject):
         wanted = self.prefs.open_conversation
         if wanted is not None:
             await self._open(wanted, quiet=True)
-        self.sources_found.emit(list(core.library.sources))
-        self.catalog_changed.emit(list(core.library.entries))
         if self._closed:
             return
-        core.watch(self._library_changed.emit)  # from now on the picker follows the folders
         path = self._startup_model()
+        self.sources_found.emit(list(core.library.sources))
+        self.catalog_changed.emit(list(core.library.entries))
+        core.library.watch(self._library_changed.emit)  # the picker follows the folders
         self.started.emit()
         if path is None:
             messages.warning("No model found yet. Put .gguf files in the models folder.",
@@ -301,31 +301,24 @@ class ChatController(QObject):
             await self._load(path)
 
     def _startup_model(self) -> Path | None:
-        core = self._core()
+        library = self._core().library
         wanted = self.prefs.default_model
         if wanted and Path(wanted).is_file():
             path = Path(wanted)
         else:
             try:
-                path = core.choose_model(None)
+                path = library.choose(None)
             except LookupError:
                 return None
-        entries = core.library.entries
-        if not any(path == e.path or path in e.shards for e in entries):
-            entries.append(catalog.describe(path))
-            self.catalog_changed.emit(list(entries))
+        library.add(path)  # listed even if no folder holds it
         return path
 
     async def _rescan(self) -> None:
-        core = self._core()
-        before = core.library
-        library = await asyncio.get_running_loop().run_in_executor(self._background,
-                                                                   core.rescan)
-        if self._closed:
-            return
-        if library.sources != before.sources:
+        library = self._core().library
+        changed = await asyncio.get_running_loop().run_in_executor(self._background,
+                                                                   library.rescan)
+        if changed and not self._closed:
             self.sources_found.emit(list(library.sources))
-        if library.entries != before.entries:
             self.catalog_changed.emit(list(library.entries))
 
     def _on_library_changed(self) -> None:

@@ -12,10 +12,11 @@ from __future__ import annotations
 import shutil
 import tempfile
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -35,6 +36,7 @@ from app.core.chat import ChatResult, ChatService, ChatTurn
 from app.core.engine import Engine, EngineError, ModelLoadError, Sampling
 from app.core.store import Store
 from tests.core.helpers import PROBE, fresh_process_reply
+from tests.scripted_engine import ScriptedEngine
 
 T = TypeVar("T")
 BOUND_S = 120  # an action that takes longer than this is a deadlock
@@ -55,13 +57,13 @@ class ChatMachine(RuleBasedStateMachine):
     conversations = Bundle("conversations")
 
     def __init__(self, models: dict[str, Path], broken: list[Path],
-                 fresh: dict[str, str]) -> None:
+                 fresh: dict[str, str], engine: Callable[[], Any] = Engine) -> None:
         super().__init__()
         self.models = models
         self.broken = broken
         self.fresh = fresh  # the probe's reply from a brand-new process, per model
         self.folder = Path(tempfile.mkdtemp(prefix="fireside-machine-"))
-        self.engine = Engine()
+        self.engine = engine()
         self.store = Store(self.folder / "conversations.sqlite3")
         self.chat = ChatService(self.engine, self.store)
         self.sampling = Sampling(temperature=0.7, max_tokens=8, seed=3)
@@ -238,18 +240,51 @@ def fresh_replies(smollm2_path: Path, gemma_path: Path) -> dict[str, str]:
             for key, path in (("smollm2", smollm2_path), ("gemma", gemma_path))}
 
 
+def _scripted_fresh_replies(models: dict[str, Path]) -> dict[str, str]:
+    """The probe's reply from a brand-new scripted engine and store, per model."""
+    replies = {}
+    for key, path in models.items():
+        engine = ScriptedEngine()
+        store = Store()
+        try:
+            engine.load(path).result(BOUND_S)
+            turn = ChatService(engine, store).send(PROBE, PROBE_SAMPLING)
+            replies[key] = turn.future.result(BOUND_S).reply.text
+        finally:
+            engine.close()
+            store.close()
+    return replies
+
+
+def _broken_files(folder: Path, smollm2_path: Path) -> list[Path]:
+    truncated = folder / "truncated.gguf"
+    with smollm2_path.open("rb") as source:
+        truncated.write_bytes(source.read(smollm2_path.stat().st_size // 2))
+    not_gguf = folder / "notes.gguf"
+    not_gguf.write_text("just some notes, not a model\n" * 100)
+    return [truncated, not_gguf]
+
+
+def test_thousands_of_sequences_keep_the_chat_sound(smollm2_path: Path, gemma_path: Path,
+                                                    tmp_path: Path) -> None:
+    """The same machine on the scripted engine: order and bookkeeping, many times over."""
+    models = {"smollm2": smollm2_path, "gemma": gemma_path}
+    broken = _broken_files(tmp_path, smollm2_path)
+    fresh = _scripted_fresh_replies(models)
+    run_state_machine_as_test(
+        lambda: ChatMachine(models, broken, fresh, ScriptedEngine),
+        settings=settings(max_examples=300, stateful_step_count=25, deadline=None,
+                          database=None, suppress_health_check=list(HealthCheck)))
+
+
 @pytest.mark.slow
 def test_any_sequence_of_actions_keeps_the_chat_sound(
         smollm2_path: Path, gemma_path: Path, fresh_replies: dict[str, str],
         tmp_path: Path) -> None:
-    truncated = tmp_path / "truncated.gguf"
-    with smollm2_path.open("rb") as source:
-        truncated.write_bytes(source.read(smollm2_path.stat().st_size // 2))
-    not_gguf = tmp_path / "notes.gguf"
-    not_gguf.write_text("just some notes, not a model\n" * 100)
     models = {"smollm2": smollm2_path, "gemma": gemma_path}
+    broken = _broken_files(tmp_path, smollm2_path)
     run_state_machine_as_test(
-        lambda: ChatMachine(models, [truncated, not_gguf], fresh_replies),
+        lambda: ChatMachine(models, broken, fresh_replies),
         settings=settings(max_examples=15, stateful_step_count=10, deadline=None,
                           derandomize=True, database=None,
                           suppress_health_check=list(HealthCheck)))

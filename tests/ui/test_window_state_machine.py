@@ -20,6 +20,8 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
+from app.ui import chat_controller
+from tests.scripted_engine import ScriptedEngine
 from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until
 from tests.ui.conftest import WindowFactory, close_window, greedy_settings
 
@@ -28,10 +30,13 @@ pytestmark = pytest.mark.slow
 CHOICES = st.integers(min_value=0, max_value=50)
 STEP = st.tuples(st.sampled_from(ACTIONS), CHOICES)
 # Real models are not deterministic in timing: a failing sequence is reported as it
-# happened (no shrinking, which would replay it and find it behaving differently).
-BUDGET = settings(max_examples=2, stateful_step_count=10, deadline=None, derandomize=True,
-                  database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
+# happened (no shrinking, which would replay it and find it behaving differently). On the
+# real models a few sequences (CI time); on the scripted engine, new ones every run.
+REAL_MODELS = settings(max_examples=2, stateful_step_count=10, deadline=None,
+                       derandomize=True, database=None, phases=[Phase.generate],
+                       suppress_health_check=list(HealthCheck))
+SCRIPTED = settings(max_examples=25, stateful_step_count=15, deadline=None, database=None,
+                    phases=[Phase.generate], suppress_health_check=list(HealthCheck))
 
 
 @pytest.fixture
@@ -42,6 +47,19 @@ def models(tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> list[Path]:
 def test_any_sequence_of_user_actions_keeps_the_window_consistent(
         open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
         models: list[Path], qtbot: Any) -> None:
+    run_user_sessions(open_window, qasync_loop, models, qtbot, REAL_MODELS)
+
+
+def test_many_more_sequences_on_the_scripted_engine(
+        open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
+        models: list[Path], qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The same user, on replies that take no time: the window's ordering, many times."""
+    monkeypatch.setattr(chat_controller, "Engine", lambda: ScriptedEngine(piece_delay_s=0.01))
+    run_user_sessions(open_window, qasync_loop, models, qtbot, SCRIPTED)
+
+
+def run_user_sessions(open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
+                      models: list[Path], qtbot: Any, budget: settings) -> None:
     greedy_settings(max_tokens=12)
     problems = Problems()
     uninstall = problems.install(qasync_loop)
@@ -81,7 +99,7 @@ def test_any_sequence_of_user_actions_keeps_the_window_consistent(
 
     failures: list[str] = []
     try:
-        run_state_machine_as_test(UserSession, settings=BUDGET)
+        run_state_machine_as_test(UserSession, settings=budget)
     except Exception:
         # Replaying a failure on real models may not fail the same way (hypothesis then
         # reports that instead): the first failure, as it happened, is the one to see.

@@ -1,0 +1,176 @@
+"""The core object: one queue of actions on the model's sequence, settings as a face
+sets them, a store that survives a refusing disk, and a bounded shutdown.
+
+On the scripted engine (tests/scripted_engine.py): what is tested here is order and
+bookkeeping, not a model's words. The same paths on the real models are covered by the
+terminal's and the window's tests.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core import paths
+from app.core.backend import LoadCancelled
+from app.core.chat import ChatTurn
+from app.core.fireside import EXIT_CLOSE_S, EXIT_SAVE_S, Fireside, Rewound, SessionSettings
+from tests.scripted_engine import ScriptedEngine
+
+TIMEOUT = 30
+
+
+@pytest.fixture
+def engine() -> ScriptedEngine:
+    return ScriptedEngine()
+
+
+@pytest.fixture
+def core(engine: ScriptedEngine, smollm2_path: Path) -> Iterator[Fireside]:
+    opened = Fireside.open(engine=engine)
+    opened.load(smollm2_path).result(TIMEOUT)
+    yield opened
+    opened.close()
+
+
+def reply_text(turn: ChatTurn) -> str:
+    return turn.future.result(TIMEOUT).reply.text
+
+
+def test_a_reply_holds_the_queue_until_it_is_saved(core: Fireside,
+                                                   engine: ScriptedEngine) -> None:
+    engine.piece_delay_s = 0.02
+    first = core.send("Tell me a story.").result(TIMEOUT)
+    cleared = core.new_chat()  # queued behind the reply, which it does not stop
+    second = core.send("And another.").result(TIMEOUT)
+    assert cleared.done()
+    result = first.future.result(TIMEOUT)
+    assert result.reply.stats.finish_reason != "stopped"
+    assert core.store.messages(result.conversation_id)[-1].text == result.reply.text
+    assert second.conversation_id != first.conversation_id
+
+
+def test_a_preempting_action_stops_every_reply_before_it(core: Fireside,
+                                                         engine: ScriptedEngine) -> None:
+    engine.piece_delay_s = 0.2
+    streaming = core.send("A long one.").result(TIMEOUT)
+    queued = core.send("Another long one.")  # not started yet
+    cleared = core.new_chat(preempt=True)
+    cleared.result(TIMEOUT)
+    assert streaming.future.result(TIMEOUT).reply.stats.finish_reason == "stopped"
+    later = queued.result(TIMEOUT).future.result(TIMEOUT)
+    assert later.reply.stats.finish_reason == "stopped" and later.reply.stats.tokens == 0
+    assert core.conversation_id is None
+
+
+def test_a_load_cancelled_while_it_waits_never_starts(core: Fireside, engine: ScriptedEngine,
+                                                      smollm2_path: Path,
+                                                      gemma_path: Path) -> None:
+    engine.piece_delay_s = 0.05
+    core.send("Keep the queue busy.")
+    switch = core.load(gemma_path)
+    core.cancel_load()
+    with pytest.raises(LoadCancelled, match="cancelled"):
+        switch.result(TIMEOUT)
+    assert core.model is not None and core.model.path == smollm2_path
+    assert core.settings.last_model == str(smollm2_path)
+
+
+def test_an_edit_whose_conversation_was_left_is_sent_where_the_user_is(
+        core: Fireside) -> None:
+    first = core.send("First question.").result(TIMEOUT)
+    first_id = first.conversation_id
+    reply_text(first)
+    core.new_chat().result(TIMEOUT)
+    core.send("Another conversation.").result(TIMEOUT).future.result(TIMEOUT)
+    other = core.conversation_id
+    sent = core.edit_last("Edited question.", first_id).result(TIMEOUT)
+    assert isinstance(sent, ChatTurn) and sent.conversation_id == other
+    sent.future.result(TIMEOUT)
+    assert [m.text for m in core.store.messages(first_id)][:1] == ["First question."]
+    assert [m.role for m in core.store.messages(other or -1)] == ["user", "assistant"] * 2
+
+
+def test_an_edit_in_the_open_conversation_rewinds_it(core: Fireside) -> None:
+    reply_text(core.send("Question one.").result(TIMEOUT))
+    reply_text(core.send("Question two.").result(TIMEOUT))
+    conversation_id = core.conversation_id
+    rewound = core.edit_last("Question two, better.", conversation_id).result(TIMEOUT)
+    assert isinstance(rewound, Rewound)
+    assert [m.text for m in rewound.before][:1] == ["Question one."]
+    assert len(rewound.before) == 2
+    answer = reply_text(rewound.turn)
+    texts = [m.text for m in core.store.messages(conversation_id or -1)]
+    assert texts[2:] == ["Question two, better.", answer]
+
+
+def test_session_settings_beat_the_saved_and_the_models_own(core: Fireside,
+                                                           smollm2_path: Path) -> None:
+    core.settings.max_tokens = 50
+    core.settings.set_model_value(smollm2_path, "max_tokens", 40)
+    core.session = SessionSettings(n_ctx=1024, sampling={"max_tokens": 2, "top_k": None},
+                                   system_prompt="Be brief.")
+    assert core.sampling().max_tokens == 2 and core.sampling().top_k == 40
+    assert core.system_prompt() == "Be brief."
+    assert core.load_options(smollm2_path).n_ctx == 1024
+    result = core.send("Say many words.").result(TIMEOUT).future.result(TIMEOUT)
+    assert result.reply.stats.tokens <= 2
+    conversation = core.conversation()
+    assert conversation is not None and conversation.settings["system_prompt"] == "Be brief."
+
+
+def test_leaving_mid_reply_is_bounded_and_keeps_the_text_so_far(
+        engine: ScriptedEngine, smollm2_path: Path) -> None:
+    core = Fireside.open(engine=engine)
+    core.load(smollm2_path).result(TIMEOUT)
+    engine.piece_delay_s = 0.5
+    turn = core.send("A story that takes a while.").result(TIMEOUT)
+    queued = core.new_chat()
+    time.sleep(0.1)  # the first word is out
+    started = time.monotonic()
+    core.close()
+    assert time.monotonic() - started < EXIT_SAVE_S + EXIT_CLOSE_S + 0.5
+    result = turn.future.result(TIMEOUT)
+    assert result.reply.stats.stopped and result.reply.text
+    assert queued.cancelled() or queued.exception(TIMEOUT) is not None
+    reopened = Fireside.open(engine=ScriptedEngine())
+    try:
+        (_question, answer) = reopened.store.messages(result.conversation_id)
+        assert answer.text == result.reply.text and answer.complete
+    finally:
+        reopened.close()
+
+
+def test_a_database_that_cannot_be_opened_gives_one_in_memory(smollm2_path: Path) -> None:
+    paths.database_path().mkdir(parents=True)  # a folder where the file should be
+    core = Fireside.open(engine=ScriptedEngine())
+    try:
+        assert core.store_error is not None
+        core.load(smollm2_path).result(TIMEOUT)
+        result = core.send("Still answered?").result(TIMEOUT).future.result(TIMEOUT)
+        assert result.reply.text and result.saved  # in memory, for this session
+    finally:
+        core.close()
+
+
+def test_deleting_the_open_conversation_starts_a_new_chat_and_can_be_undone(
+        core: Fireside) -> None:
+    reply_text(core.send("Keep me.").result(TIMEOUT))
+    conversation_id = core.conversation_id
+    assert conversation_id is not None
+    deleted = core.delete_conversation(conversation_id).result(TIMEOUT)
+    assert deleted is not None and deleted.title == "Keep me."
+    assert core.conversation_id is None and core.conversations() == []
+    core.undelete_conversation(conversation_id)
+    assert [c.id for c in core.conversations()] == [conversation_id]
+    assert core.open_conversation(conversation_id + 1000).result(TIMEOUT) is None
+
+
+def test_the_library_finds_the_bundled_models(core: Fireside, smollm2_path: Path) -> None:
+    assert smollm2_path in {e.path for e in core.library.entries}
+    assert core.library.choose(None) == smollm2_path
+    with pytest.raises(LookupError, match="No model called"):
+        core.library.choose("no-such-model")
