@@ -19,7 +19,7 @@ from concurrent.futures import Executor, Future
 from pathlib import Path
 from typing import Any, TypeVar
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
 from app.core import catalog, sources
 from app.core.backend import EngineError, LoadCancelled, LoadedModel
@@ -35,9 +35,6 @@ from app.ui.desktop import open_models_folder
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-DELIVERY_MS = 33  # streamed text reaches the transcript about 30 times a second
-
 
 def _shown_in_order(method: Callable[..., Coroutine[Any, Any, None]]
                     ) -> Callable[..., Coroutine[Any, Any, None]]:
@@ -77,10 +74,8 @@ class ChatController(QObject):
     """A new, empty chat is shown."""
     message_sent = Signal(str)
     """The user's message was saved; its reply follows."""
-    reply_started = Signal(str)
-    """A reply began, from the model with this name; its text follows."""
-    reply_text_arrived = Signal(str)
-    """More text of the reply."""
+    reply_started = Signal(str, PieceStream)
+    """A reply began, from the model with this name; its text streams into the second."""
     reply_finished = Signal(str, object)
     """The reply ended (finished or stopped): its whole text and its stats."""
     reply_failed = Signal(str)
@@ -112,15 +107,6 @@ class ChatController(QObject):
         self._tasks: set[asyncio.Task[Any]] = set()
         self._lock = asyncio.Lock()
         self._closed = False
-        self._showing = False  # the transcript shows the streaming reply
-        self._pieces = PieceStream(self)
-        self._pieces.arrived.connect(self._on_pieces_arrived)
-        # Streamed text is handed on once per frame, not once per token: every wake-up
-        # of the GUI thread takes a core away from the model on a small machine.
-        self._delivery = QTimer(self)
-        self._delivery.setSingleShot(True)
-        self._delivery.setInterval(DELIVERY_MS)
-        self._delivery.timeout.connect(self._deliver_pieces)
         self._progress = ProgressRelay(self)
         self._progress.progressed.connect(self.model_load_progressed)
 
@@ -360,12 +346,12 @@ class ChatController(QObject):
             return
         core = self._core()
         await self._settle()
+        pieces = PieceStream(self)  # filled by the inference thread
         try:
             if edit_in is not None:
-                started = await _wait(core.edit_last(text, edit_in, self._pieces.put,
-                                                     preempt=True))
+                started = await _wait(core.edit_last(text, edit_in, pieces.put, preempt=True))
             else:
-                started = await _wait(core.send(text, self._pieces.put, preempt=True))
+                started = await _wait(core.send(text, pieces.put, preempt=True))
         except (EngineError, StoreError) as err:
             messages.error(str(err))
             self.send_refused.emit(text)
@@ -375,7 +361,7 @@ class ChatController(QObject):
             self.conversation_opened.emit(turn.conversation_id, started.before)
             await asyncio.sleep(0)
         self._remember_open(turn.conversation_id)
-        await self._begin(turn, text)
+        await self._begin(turn, text, pieces)
         self.conversations_changed.emit()  # a new conversation, or a new order
 
     @_shown_in_order
@@ -383,8 +369,9 @@ class ChatController(QObject):
         if self._closed:
             return
         await self._settle()
+        pieces = PieceStream(self)
         try:
-            started = await _wait(self._core().regenerate(self._pieces.put, preempt=True))
+            started = await _wait(self._core().regenerate(pieces.put, preempt=True))
         except (EngineError, StoreError) as err:
             messages.error(str(err))
             return
@@ -392,9 +379,9 @@ class ChatController(QObject):
             return
         self.conversation_opened.emit(started.turn.conversation_id, started.before)
         await asyncio.sleep(0)
-        await self._begin(started.turn, "")
+        await self._begin(started.turn, "", pieces)
 
-    async def _begin(self, turn: ChatTurn, text: str) -> None:
+    async def _begin(self, turn: ChatTurn, text: str, pieces: PieceStream) -> None:
         self._turn = turn
         self.streaming_changed.emit(True)
         if text:
@@ -403,30 +390,26 @@ class ChatController(QObject):
             # the window never stalls for both at once.
             await asyncio.sleep(0)
         model = self.model
-        self.reply_started.emit(model.name if model else "")
-        self._showing = True
-        self._deliver_pieces()  # what streamed in while the reply was being set up
-        self._stream_task = self._spawn(self._stream(turn))
+        self.reply_started.emit(model.name if model else "", pieces)
+        self._stream_task = self._spawn(self._stream(turn, pieces))
         await asyncio.sleep(0)
 
-    async def _stream(self, turn: ChatTurn) -> None:
+    async def _stream(self, turn: ChatTurn, pieces: PieceStream) -> None:
         try:
             result: ChatResult = await _wait(turn.future)
         except (EngineError, StoreError) as err:
-            self._finish_delivery()
             self.reply_failed.emit(str(err))
             if not self._closed or isinstance(err, StoreError):
                 messages.error(str(err))
         else:
-            self._finish_delivery()
             self.reply_finished.emit(result.reply.text, result.reply.stats)
             if not result.saved:
                 reason = (result.save_error or "The reply could not be saved").rstrip(".")
                 messages.error(f"{reason}. The reply is shown and kept in this window; it "
                                "is saved as soon as there is room again.")
         finally:
+            pieces.deleteLater()  # the transcript is done with it
             self._turn = None
-            self._showing = False
             self.streaming_changed.emit(False)
             if not self._closed:
                 self.conversations_changed.emit()
@@ -516,22 +499,6 @@ class ChatController(QObject):
         if self.prefs.open_conversation != conversation_id:
             self.prefs.open_conversation = conversation_id
             self._save_settings()
-
-    def _on_pieces_arrived(self) -> None:
-        # Until the transcript has the reply to put text in, it waits in the stream.
-        if self._showing and not self._delivery.isActive():
-            self._delivery.start()
-
-    def _finish_delivery(self) -> None:
-        self._delivery.stop()
-        self._deliver_pieces()
-
-    def _deliver_pieces(self) -> None:
-        if not self._showing:
-            return
-        text = self._pieces.take()
-        if text:
-            self.reply_text_arrived.emit(text)
 
 
 async def _wait(future: Future[T]) -> T:

@@ -1,9 +1,11 @@
 """The transcript: a conversation's messages, with a reply streaming into it.
 
 Messages live in a ``MessageColumn``, which builds widgets only near the view (see
-there), so a conversation of 5,000 messages opens as fast as one of 10. Streamed
-pieces are gathered for a frame (``FLUSH_MS``) and written into the reply by
-``LiveReply``, whose cost per piece does not grow with the reply. While the view is
+there), so a conversation of 5,000 messages opens as fast as one of 10. A streaming
+reply's text comes through one buffer (``PieceStream``, filled by the inference
+thread): the first text after a pause is written at once, what follows at most once
+a frame (``FRAME_MS``), by ``LiveReply``, whose cost per piece does not grow with the
+reply. While the view is
 at the bottom it follows the reply; once the user scrolls up it stays put.
 """
 
@@ -18,12 +20,13 @@ from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 
 from app.core.replies import ReplyStats
 from app.core.store import Message
+from app.ui.bridge import PieceStream
 from app.ui.message_column import Entry, MessageColumn
 from app.ui.message_widget import MessageWidget, mix, theme_for
 
 logger = logging.getLogger(__name__)
 
-FLUSH_MS = 33  # streamed pieces are written at most this often (about 30 frames/s)
+FRAME_MS = 33  # streamed text is written at most this often (about 30 frames/s)
 EMPTY_TEXT = "Send a message to start the conversation."
 INTERRUPTED = "This reply was interrupted before it finished."
 
@@ -45,7 +48,7 @@ class TranscriptView(QWidget):
         self.setObjectName("transcript")
         self.setAccessibleName("Conversation")
         self._live: Entry | None = None
-        self._pieces: list[str] = []
+        self._source: PieceStream | None = None  # where the streaming reply's text waits
         self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
         self._theme = theme_for(self.palette(), self._mono)
 
@@ -59,10 +62,10 @@ class TranscriptView(QWidget):
         self._stack.addWidget(self._empty)
         self._stack.addWidget(self._column)
 
-        self._flush_timer = QTimer(self)
-        self._flush_timer.setSingleShot(True)
-        self._flush_timer.setInterval(FLUSH_MS)
-        self._flush_timer.timeout.connect(self._flush)
+        self._frame = QTimer(self)
+        self._frame.setSingleShot(True)
+        self._frame.setInterval(FRAME_MS)
+        self._frame.timeout.connect(self.deliver)
         self._apply_style()
 
     # The interface the window drives --------------------------------------------
@@ -89,29 +92,35 @@ class TranscriptView(QWidget):
         self._add(Entry("user", text))
         self.scroll_to_bottom()
 
-    def begin_reply(self, model_name: str) -> None:
-        """Add an empty reply from ``model_name`` that the next pieces stream into."""
+    def begin_reply(self, model_name: str, source: PieceStream) -> None:
+        """Add an empty reply from ``model_name``; its text streams in from ``source``."""
         if self._live is not None:  # the last one never finished: keep what it got
-            self._flush()
+            self.deliver()
             self.finish_reply(self._live_text(), None)
         entry = Entry("assistant", "", model=model_name)
         self._live = entry
         row = self._add(entry)
         row.begin_stream()
         self._column.keep = row
+        self._source = source
+        source.arrived.connect(self._on_arrived)
         self._refresh_offers()
+        self.deliver()  # what streamed in while the reply was being set up
 
-    def append_piece(self, text: str) -> None:
-        """Add streamed text to the reply; written at the next frame."""
-        if self._live is None:
-            logger.debug("a piece arrived with no reply streaming")
+    def deliver(self) -> None:
+        """Write what has arrived into the reply now; more waits for the next frame."""
+        source, entry = self._source, self._live
+        if source is None or entry is None:
             return
-        self._pieces.append(text)
-        if not self._flush_timer.isActive():
-            self._flush_timer.start()
+        text = source.take()
+        if text:
+            if entry.row is not None:
+                entry.row.stream(text)
+            self._frame.start()  # what comes during this frame waits for its end
 
     def finish_reply(self, text: str, stats: ReplyStats | None) -> None:
-        """Show the reply's final text, rendered once, and its stats."""
+        """Show the reply's final text, rendered once, and its stats (what was still on
+        its way is in ``text``)."""
         entry = self._live
         self._stop_stream()
         if entry is None:
@@ -127,7 +136,7 @@ class TranscriptView(QWidget):
         entry = self._live
         if entry is None:
             return
-        self._flush()
+        self.deliver()
         entry.text, entry.note = self._live_text(), message
         self._stop_stream()
         if entry.row is not None:
@@ -181,15 +190,15 @@ class TranscriptView(QWidget):
         row = self._live.row if self._live is not None else None
         return row.markdown() if row is not None else ""
 
-    def _flush(self) -> None:
-        if self._live is not None and self._live.row is not None and self._pieces:
-            text = "".join(self._pieces)
-            self._pieces.clear()
-            self._live.row.stream(text)
+    def _on_arrived(self) -> None:
+        if not self._frame.isActive():  # else the frame's end takes it
+            self.deliver()
 
     def _stop_stream(self) -> None:
-        self._flush_timer.stop()
-        self._pieces.clear()
+        self._frame.stop()
+        if self._source is not None:
+            self._source.arrived.disconnect(self._on_arrived)
+            self._source = None
         self._live = None
         self._column.keep = None
 

@@ -249,7 +249,6 @@ class MainWindow(QMainWindow):
         controller.chat_cleared.connect(self._on_chat_cleared)
         controller.message_sent.connect(self.transcript.add_user_message)
         controller.reply_started.connect(self.transcript.begin_reply)
-        controller.reply_text_arrived.connect(self.transcript.append_piece)
         controller.reply_finished.connect(self._on_reply_finished)
         controller.reply_failed.connect(self.transcript.fail_reply)
         controller.streaming_changed.connect(self._on_streaming_changed)

@@ -27,7 +27,8 @@ from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
 from app.core.store import Message
-from app.ui import markdown, transcript
+from app.ui import markdown
+from app.ui.bridge import PieceStream
 from app.ui.transcript import TranscriptView
 
 SIZE = (1100, 850)
@@ -114,21 +115,21 @@ def settle(seconds: float = 0.0) -> None:
 
 
 def bench_streaming(app: QApplication) -> None:
-    transcript.FLUSH_MS = 0  # every piece reaches the document on its own
     view = TranscriptView()
-    transcript.FLUSH_MS = 33
     view.resize(*SIZE)
     view.show()
     view.set_messages(conversation(6))
     settle(0.5)
     pieces = long_reply(2000)
     view.add_user_message("Explain, at length, how to sum a CSV column.")
-    view.begin_reply("SmolLM2-135M-Instruct")
+    stream = PieceStream(view)
+    view.begin_reply("SmolLM2-135M-Instruct", stream)
     times = []
     for piece in pieces:
         start = time.perf_counter()
-        view.append_piece(piece)
-        app.processEvents()  # the write, the layout and the paint
+        stream.put(piece)
+        view.deliver()  # every piece reaches the document on its own
+        app.processEvents()  # the layout and the paint
         times.append(time.perf_counter() - start)
     start = time.perf_counter()
     view.finish_reply("".join(pieces), None)

@@ -18,10 +18,10 @@ from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
 from app.core.replies import ReplyStats
-from app.ui.chat_controller import DELIVERY_MS
+from app.ui.bridge import PieceStream
 from app.ui.markdown import COPY_CODE_PREFIX
 from app.ui.message_widget import MessageText
-from app.ui.transcript import TranscriptView
+from app.ui.transcript import FRAME_MS, TranscriptView
 from tests.ui.test_transcript import anchor_point, click
 from tests.ui.test_window import _Heartbeat
 
@@ -84,15 +84,16 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 
 
 def stream(view: TranscriptView, text: str) -> float:
-    """Stream ``text`` into a new reply as the controller delivers it, finish it, and
-    return the longest stall of the GUI thread meanwhile (seconds)."""
+    """Stream ``text`` into a new reply, a piece a frame as the model writes it, finish
+    it, and return the longest stall of the GUI thread meanwhile (seconds)."""
     heartbeat = _Heartbeat()
     heartbeat.start()
     view.add_user_message("Show me something.")
-    view.begin_reply("SmolLM2-135M-Instruct")
+    pieces = PieceStream(view)
+    view.begin_reply("SmolLM2-135M-Instruct", pieces)
     for start in range(0, len(text), PIECE):
-        view.append_piece(text[start:start + PIECE])
-        QTest.qWait(DELIVERY_MS)
+        pieces.put(text[start:start + PIECE])
+        QTest.qWait(FRAME_MS)
     view.finish_reply(text, ReplyStats(0, 0, len(text) // 4, 0.0, 0.0, "length"))
     QTest.qWait(200)  # what the last render left for later (layout, painting)
     view.grab()

@@ -15,6 +15,7 @@ from pytestqt.qtbot import QtBot
 from app.core.replies import ReplyStats
 from app.core.store import Message, Store
 from app.ui import live_reply, markdown, message_column
+from app.ui.bridge import PieceStream
 from app.ui.message_widget import MessageText, MessageWidget, theme_for
 from app.ui.transcript import TranscriptView
 
@@ -232,7 +233,7 @@ def test_actions_work_from_the_keyboard(view: TranscriptView, qtbot: QtBot) -> N
 def test_streaming_hides_regenerate_and_edit_until_the_reply_ends(view: TranscriptView) -> None:
     view.set_messages([message("user", "first"), message("assistant", "one", STATS)])
     view.add_user_message("second")
-    view.begin_reply("SmolLM2")
+    view.begin_reply("SmolLM2", PieceStream(view))
     rows = view.message_widgets()
     assert not any(r.regenerate_button.isVisible() or r.edit_button.isVisible() for r in rows)
     view.finish_reply("two", ReplyStats.from_json(STATS))
@@ -286,9 +287,9 @@ def test_streamed_pieces_become_exactly_the_reply(view: TranscriptView, qtbot: Q
             "A second paragraph that ends.\n\n"
             "A third paragraph still being written")
     view.add_user_message("Tell me")
-    view.begin_reply("SmolLM2")
+    stream = begin(view)
     for piece in pieces_of(text):
-        view.append_piece(piece)
+        stream.put(piece)  # as the inference thread does; the transcript takes it
     assert "".join(pieces_of(text)) == text
     reply = last(view)
     qtbot.waitUntil(lambda: reply.markdown() == text)
@@ -307,13 +308,13 @@ def test_streaming_renders_each_block_once(view: TranscriptView, qtbot: QtBot,
         return original(text, *args, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(live_reply, "render", counting)
-    view.begin_reply("SmolLM2")
+    stream = begin(view)
     reply = last(view)
     pieces = pieces_of(REPLY)
     for piece in pieces:
-        view.append_piece(piece)
-        qtbot.wait(1)  # let each piece reach the document on its own
-    qtbot.waitUntil(lambda: reply.markdown() == REPLY)
+        stream.put(piece)
+        view.deliver()  # each piece reaches the document on its own
+    assert reply.markdown() == REPLY
     assert len(rendered) <= REPLY.count("\n\n") + 1 < len(pieces)
     assert "".join(rendered) == REPLY[:len("".join(rendered))], "blocks, in order, once"
     # Completed blocks are rendered (the code is highlighted), the tail is plain.
@@ -323,10 +324,10 @@ def test_streaming_renders_each_block_once(view: TranscriptView, qtbot: QtBot,
     assert "[the csv docs]" in document.toPlainText(), "the last block is still plain text"
 
 
-def test_finish_reply_renders_the_final_markdown(view: TranscriptView, qtbot: QtBot) -> None:
-    view.begin_reply("SmolLM2")
+def test_finish_reply_renders_the_final_markdown(view: TranscriptView) -> None:
+    stream = begin(view)
     for piece in pieces_of(REPLY):
-        view.append_piece(piece)
+        stream.put(piece)
     view.finish_reply(REPLY, ReplyStats.from_json(STATS))
     reply = last(view)
     assert reply.markdown() == REPLY
@@ -334,14 +335,15 @@ def test_finish_reply_renders_the_final_markdown(view: TranscriptView, qtbot: Qt
     assert "the csv docs" in reply.text.toPlainText()
     assert "156 tokens" in reply.details.text()
     assert reply.regenerate_button.isVisible()
-    qtbot.wait(50)  # pieces left in flight must not come back
+    stream.put(" a piece still on its way")  # must not come back
+    view.deliver()
     assert reply.markdown() == REPLY
 
 
-def test_failed_reply_keeps_what_arrived(view: TranscriptView, qtbot: QtBot) -> None:
+def test_failed_reply_keeps_what_arrived(view: TranscriptView) -> None:
     view.add_user_message("q")
-    view.begin_reply("SmolLM2")
-    view.append_piece("Partial **answer**")
+    stream = begin(view)
+    stream.put("Partial **answer**")
     view.fail_reply("The model stopped responding.")
     reply = last(view)
     assert reply.markdown() == "Partial **answer**"
@@ -349,8 +351,8 @@ def test_failed_reply_keeps_what_arrived(view: TranscriptView, qtbot: QtBot) -> 
     error = reply.findChild(QLabel, "replyError")
     assert error is not None and error.isVisible()
     assert "The model stopped responding." in error.text()
-    view.append_piece("late piece")
-    qtbot.wait(50)
+    stream.put("late piece")
+    view.deliver()
     assert reply.markdown() == "Partial **answer**"
 
 
@@ -359,20 +361,34 @@ def test_view_follows_the_reply_only_while_at_the_bottom(view: TranscriptView,
     view.set_messages(conversation(12))
     bar = scroll_bar(view)
     qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum())
-    view.begin_reply("SmolLM2")
+    stream = begin(view)
     for _ in range(30):
-        view.append_piece("A line of the reply that keeps growing.\n\n")
+        stream.put("A line of the reply that keeps growing.\n\n")
     qtbot.waitUntil(lambda: bar.value() == bar.maximum() and "growing" in
                     last(view).text.toPlainText())
     bar.setValue(bar.maximum() // 2)
     shown = first_visible(view)
     held = shown.mapTo(view, QPoint(0, 0)).y()
     for _ in range(30):
-        view.append_piece("More text below the reader.\n\n")
+        stream.put("More text below the reader.\n\n")
     qtbot.waitUntil(lambda: "reader" in last(view).text.toPlainText())
-    qtbot.wait(100)
+    settle()  # the layout that follows the new text
     assert shown.mapTo(view, QPoint(0, 0)).y() == held, "what the user reads stays put"
     assert bar.value() < bar.maximum()
+
+
+def begin(view: TranscriptView) -> PieceStream:
+    """A reply streaming into ``view``: what is put into the stream shows in it."""
+    stream = PieceStream(view)
+    view.begin_reply("SmolLM2", stream)
+    return stream
+
+
+def settle() -> None:
+    """Run what the event loop has pending (posted events, zero-time timers) to the end."""
+    for _ in range(5):
+        QApplication.sendPostedEvents()
+        QApplication.processEvents()
 
 
 def first_visible(view: TranscriptView) -> MessageWidget:

@@ -1,0 +1,150 @@
+"""How long streamed text takes from the engine to the screen, in the real window.
+
+    python tests/benchmarks/bench_latency.py [REPLIES]
+
+The real window (offscreen) on the real SmolLM2 streams REPLIES replies of 200 tokens.
+Each piece is timed when the inference thread hands it on and again when the
+transcript writes the text holding it into the reply's document. Prints the median and
+95th percentile of that delay for the first piece of each reply and for every piece,
+against one frame (target: the first piece on screen within 40 ms).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+os.environ.setdefault("QT_API", "pyside6")
+
+REPLY_TOKENS = 200
+PROMPT = "Write a short story about a lighthouse keeper."
+
+
+class Clock:
+    """When each character was produced, and when it was written into the document."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.produced: list[tuple[float, int]] = []  # (time, characters so far)
+        self.written: list[tuple[float, int]] = []
+        self.first: list[float] = []  # per reply: delay of its first piece
+
+    def reset(self) -> None:
+        with self.lock:
+            self.produced, self.written = [], []
+
+    def delays(self) -> list[float]:
+        """For each produced piece, the delay until the text holding all of it was written."""
+        delays, w = [], 0
+        for at, chars in self.produced:
+            while w < len(self.written) and self.written[w][1] < chars:
+                w += 1
+            if w < len(self.written):
+                delays.append(self.written[w][0] - at)
+        return delays
+
+
+def main(replies: int) -> int:
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as home:
+        os.environ["FIRESIDE_DATA_DIR"] = f"{home}/data"
+        os.environ["FIRESIDE_CONFIG_DIR"] = f"{home}/config"
+        import qasync
+        from PySide6.QtWidgets import QApplication
+
+        from app.core import engine, settings
+        from app.ui import message_widget, theme
+        from app.ui.window import MainWindow
+
+        generate = engine.Engine.generate
+
+        def timed_generate(self: engine.Engine, build: object, sampling: object,
+                           on_piece: object = None) -> object:
+            produced = [0]
+
+            def piece(text: str) -> None:
+                with clock.lock:
+                    produced[0] += len(text)
+                    clock.produced.append((time.perf_counter(), produced[0]))
+                if callable(on_piece):
+                    on_piece(text)
+
+            return generate(self, build, sampling, piece)  # type: ignore[arg-type]
+
+        engine.Engine.generate = timed_generate  # type: ignore[method-assign,assignment]
+        stream = message_widget.MessageWidget.stream
+        written = [0]
+
+        def timed_stream(self: message_widget.MessageWidget, text: str) -> None:
+            stream(self, text)
+            with clock.lock:
+                written[0] += len(text)
+                clock.written.append((time.perf_counter(), written[0]))
+
+        message_widget.MessageWidget.stream = timed_stream  # type: ignore[method-assign]
+
+        app = QApplication(sys.argv[:1])
+        app.setQuitOnLastWindowClosed(False)
+        theme.apply(app, "light")
+        prefs = settings.load().settings
+        prefs.temperature, prefs.seed, prefs.max_tokens = 0.7, None, REPLY_TOKENS
+        loop = qasync.QEventLoop(app)
+        asyncio.set_event_loop(loop)
+        window = MainWindow(prefs)
+        window.show()
+        all_delays: list[float] = []
+
+        async def run() -> None:
+            window.start()
+            while window.controller is None:
+                await asyncio.sleep(0.05)
+            controller = window.controller
+            while controller.model is None or controller.loading:
+                await asyncio.sleep(0.05)
+            for _ in range(replies):
+                await controller.new_chat()
+                clock.reset()
+                written[0] = 0
+                finished = asyncio.get_running_loop().create_future()
+
+                def done(*_args: object, finished: asyncio.Future[None] = finished) -> None:
+                    if not finished.done():
+                        finished.set_result(None)
+
+                controller.reply_finished.connect(done)
+                window.composer_bar.send_requested.emit(PROMPT)
+                await finished
+                controller.reply_finished.disconnect(done)
+                delays = clock.delays()
+                if delays:
+                    clock.first.append(delays[0])
+                    all_delays.extend(delays)
+            window.close()
+            while not window.is_shut_down:
+                await asyncio.sleep(0.05)
+
+        with loop:
+            loop.run_until_complete(run())
+
+    def ms(values: list[float], q: float) -> float:
+        ordered = sorted(values)
+        return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    print(f"{replies} replies, {len(all_delays)} pieces timed")
+    print(f"first piece on screen  median {1000 * statistics.median(clock.first):5.1f} ms"
+          f"  p95 {ms(clock.first, 0.95):5.1f} ms  (target <= 40 ms)")
+    print(f"every piece on screen  median {1000 * statistics.median(all_delays):5.1f} ms"
+          f"  p95 {ms(all_delays, 0.95):5.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(int(sys.argv[1]) if len(sys.argv) > 1 else 20))
