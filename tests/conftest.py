@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """llama.cpp's own check runs first (tests/test_native_code.py)."""
+    """llama.cpp's own check runs first (tests/core/test_native_check.py)."""
     items.sort(key=lambda item: item.get_closest_marker("native") is None)
 
 

@@ -51,15 +51,15 @@ class Output:
         self._write(self.err, text + "\n")
 
     def error(self, message: str) -> None:
-        if self.as_json:
-            self.event("error", message=message)
-        else:
-            self.note(f"fireside: {message}")
+        self._tell("error", message)
 
     def notice(self, message: str) -> None:
         """Something the user should know that does not stop the chat."""
+        self._tell("notice", message)
+
+    def _tell(self, event: str, message: str) -> None:
         if self.as_json:
-            self.event("notice", message=message)
+            self.event(event, message=message)
         else:
             self.note(f"fireside: {message}")
 

@@ -152,14 +152,7 @@ def default_folders(extra: Sequence[Path] = (), cli: Sequence[Path] = ()) -> lis
     candidates += [(Path(p).expanduser(), SETTINGS) for p in extra]
     candidates += [(p, ENVIRONMENT) for p in paths.env_models_dirs()]
     candidates += [(Path(p).expanduser(), COMMAND_LINE) for p in cli]
-    folders: list[tuple[Path, str]] = []
-    listed: set[str] = set()
-    for folder, source in candidates:
-        key = os.path.normcase(os.path.realpath(folder))
-        if key not in listed:
-            listed.add(key)
-            folders.append((folder, source))
-    return folders
+    return paths.distinct_places(candidates, lambda candidate: candidate[0])
 
 
 def find(

@@ -8,15 +8,13 @@ and finished with its stats. The window and the terminal both drive this class.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from app.core import templates
 from app.core.backend import (
@@ -33,11 +31,11 @@ from app.core.store import (
     Conversation,
     Message,
     NotFoundError,
-    Role,
     Store,
     StoreError,
     default_title,
 )
+from app.core.unsaved import UnsavedMessages
 
 logger = logging.getLogger(__name__)
 
@@ -51,28 +49,6 @@ class ChatResult:
     reply: Reply
     saved: bool  # False when the disk refused the final save (the text is still shown)
     save_error: str | None = None  # why it was not saved, for the user
-
-
-@dataclass
-class _Unsaved:
-    """A message the disk refused: kept in memory and written when space returns."""
-
-    id: int  # negative, unique: stands in for the row id until it is saved
-    role: Role
-    text: str
-    stats: dict[str, Any] | None = None
-    row_id: int | None = None  # a reply begun on disk whose final save failed
-
-
-@dataclass
-class _Draft:
-    """A conversation's messages that are not saved yet, oldest first."""
-
-    conversation_id: int  # negative while the conversation itself is not saved
-    title: str
-    model: str
-    settings: dict[str, object]
-    messages: list[_Unsaved] = field(default_factory=list)
 
 
 class ChatTurn:
@@ -142,10 +118,8 @@ class ChatService:
         self.store = store
         self.conversation_id: int | None = None
         # What a full disk refused, per conversation; written again at the next save.
-        self._drafts: list[_Draft] = []
-        self._saved_as: dict[int, int] = {}  # draft conversation id -> its saved id
-        self._last_unsaved_id = 0
-        self._lock = threading.RLock()  # replies finish on the inference thread
+        self._held = UnsavedMessages(store)
+        self._lock = self._held.lock  # replies finish on the inference thread
 
     # Models -----------------------------------------------------------------------
 
@@ -182,83 +156,19 @@ class ChatService:
     @property
     def unsaved(self) -> int:
         """How many messages wait in memory because the disk refused them."""
-        with self._lock:
-            return sum(len(draft.messages) for draft in self._drafts)
+        return self._held.count
 
     def save_unsaved(self) -> str | None:
         """Write what the disk refused before; returns why not if it still cannot."""
         with self._lock:
-            while self._drafts:
-                draft = self._drafts[0]
-                try:
-                    self._write_draft(draft)
-                except NotFoundError:
-                    pass  # its conversation was deleted meanwhile
-                except StoreError as err:
-                    return str(err)
-                self._drafts.pop(0)
-        return None
-
-    def _write_draft(self, draft: _Draft) -> None:
-        if draft.conversation_id < 0:
-            created = self.store.create_conversation(draft.title, draft.model, draft.settings)
-            self._saved_as[draft.conversation_id] = created.id
-            if self.conversation_id == draft.conversation_id:
-                self.conversation_id = created.id
-            draft.conversation_id = created.id
-        while draft.messages:
-            message = draft.messages[0]
-            if message.row_id is not None:
-                with contextlib.suppress(NotFoundError):  # deleted: nothing left to finish
-                    self.store.finish_reply(message.row_id, message.text, message.stats)
-            else:
-                self.store.add_message(draft.conversation_id, message.role, message.text,
-                                       message.stats)
-            draft.messages.pop(0)
-
-    def _draft(self, conversation_id: int) -> _Draft | None:
-        conversation_id = self._saved_as.get(conversation_id, conversation_id)
-        return next((d for d in self._drafts if d.conversation_id == conversation_id), None)
-
-    def _keep(self, conversation_id: int, role: Role, text: str,
-              stats: dict[str, Any] | None = None, row_id: int | None = None) -> int:
-        """Hold a message the disk refused; returns the id standing in for its row."""
-        with self._lock:
-            draft = self._draft(conversation_id)
-            if draft is None:
-                draft = _Draft(self._saved_as.get(conversation_id, conversation_id), "", "", {})
-                self._drafts.append(draft)
-            self._last_unsaved_id -= 1
-            draft.messages.append(_Unsaved(self._last_unsaved_id, role, text, stats, row_id))
-            return self._last_unsaved_id
+            error = self._held.write()
+            if self.conversation_id is not None:
+                self.conversation_id = self._held.saved_id(self.conversation_id)
+            return error
 
     def _history(self, conversation_id: int) -> list[Message]:
         """The stored messages with the unsaved ones in their place."""
-        with self._lock:
-            conversation_id = self._saved_as.get(conversation_id, conversation_id)
-            stored = self.store.messages(conversation_id) if conversation_id > 0 else []
-            draft = self._draft(conversation_id)
-            if draft is None:
-                return stored
-            finished = {m.row_id: m for m in draft.messages if m.row_id is not None}
-            history = [replace(m, text=finished[m.id].text, stats=finished[m.id].stats,
-                               complete=True) if m.id in finished else m for m in stored]
-            return history + [Message(m.id, conversation_id, m.role, m.text, time.time(),
-                                      m.stats, True)
-                              for m in draft.messages if m.row_id is None]
-
-    def _forget_from(self, conversation_id: int, message: Message) -> None:
-        """Remove ``message`` and every later one, saved or not."""
-        with self._lock:
-            draft = self._draft(conversation_id)
-            if message.id > 0:
-                self.store.delete_messages_from(message.id)
-                if draft is not None:
-                    draft.messages = [m for m in draft.messages
-                                      if m.row_id is not None and m.row_id < message.id]
-            elif draft is not None:
-                ids = [m.id for m in draft.messages]
-                draft.messages = draft.messages[:ids.index(message.id)]
+        return self._held.merged(conversation_id)
 
     def _save_question(self, text: str, settings: dict[str, object]) -> tuple[int, str | None]:
         """Store the user's message, or hold it in memory if the disk refuses it."""
@@ -271,26 +181,23 @@ class ChatService:
                 except NotFoundError:
                     raise
                 except StoreError as err:
-                    self._last_unsaved_id -= 1
-                    self.conversation_id = self._last_unsaved_id
-                    self._drafts.append(_Draft(self.conversation_id, default_title(text),
-                                               model, settings))
-                    self._keep(self.conversation_id, "user", text)
+                    self.conversation_id = self._held.hold_conversation(
+                        default_title(text), model, settings, text)
                     return self.conversation_id, str(err)
                 self.conversation_id = created.id
             conversation_id = self.conversation_id
-            if self._draft(conversation_id) is None:  # never write past unsaved messages
+            if not self._held.holds(conversation_id):  # never write past unsaved messages
                 try:
                     self.store.add_message(conversation_id, "user", text)
                 except NotFoundError:
                     raise
                 except StoreError as err:
-                    self._keep(conversation_id, "user", text)
+                    self._held.hold(conversation_id, "user", text)
                     return conversation_id, str(err)
                 return conversation_id, None
-            self._keep(conversation_id, "user", text)
+            self._held.hold(conversation_id, "user", text)
             error = self.save_unsaved()
-            return self._saved_as.get(conversation_id, conversation_id), error
+            return self._held.saved_id(conversation_id), error
 
     def conversation(self) -> Conversation | None:
         """The open conversation, if it is saved."""
@@ -318,7 +225,7 @@ class ChatService:
         self.save_unsaved()
         history = self._history(conversation_id)
         if history and history[-1].role == "assistant":
-            self._forget_from(conversation_id, history[-1])
+            self._held.forget_from(conversation_id, history[-1])
         return self._reply(conversation_id, sampling, system_prompt, on_piece,
                            self._draft_error(conversation_id))
 
@@ -329,11 +236,11 @@ class ChatService:
         self.save_unsaved()
         users = [m for m in self._history(conversation_id) if m.role == "user"]
         if users:
-            self._forget_from(conversation_id, users[-1])
+            self._held.forget_from(conversation_id, users[-1])
         return self.send(text, sampling, system_prompt, on_piece)
 
     def _draft_error(self, conversation_id: int) -> str | None:
-        if self._draft(conversation_id) is None:
+        if not self._held.holds(conversation_id):
             return None
         return self.save_unsaved()
 
@@ -347,7 +254,7 @@ class ChatService:
         history = self._history(conversation_id)
         min_dropped = _last_dropped(history, self.model)
         row_id: int | None = None
-        if self._draft(conversation_id) is None:  # never write past unsaved messages
+        if not self._held.holds(conversation_id):  # never write past unsaved messages
             try:
                 row_id = self.store.begin_reply(conversation_id).id
             except NotFoundError:
@@ -378,11 +285,10 @@ class ChatService:
             saved = saver.finish(reply)
             message_id = row_id
             if not saved:
-                message_id = self._keep(conversation_id, "assistant", reply.text,
-                                        reply.stats.to_json(), row_id)
+                message_id = self._held.hold(conversation_id, "assistant", reply.text,
+                                             reply.stats.to_json(), row_id)
             error = None if saved else saver.error or save_error or "The reply was not saved."
-            with self._lock:
-                saved_id = self._saved_as.get(conversation_id, conversation_id)
+            saved_id = self._held.saved_id(conversation_id)
             assert message_id is not None
             turn.future.set_result(ChatResult(saved_id, message_id, reply, saved, error))
 

@@ -147,6 +147,13 @@ class Fireside:
         return self.chat.conversation_id
 
     @property
+    def saved_conversation_id(self) -> int | None:
+        """The open conversation's id once the disk has taken it; None before (a full disk
+        holds it in memory under a stand-in id) and in a new chat."""
+        conversation_id = self.chat.conversation_id
+        return conversation_id if conversation_id is not None and conversation_id > 0 else None
+
+    @property
     def replying(self) -> bool:
         return self._reply is not None
 

@@ -14,11 +14,14 @@ import logging
 import os
 import sqlite3
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from app.core import paths
 from app.core.gguf import ArrayInfo, GGUFHeader, MetaValue, TensorInfo, ValueType, read_header
+
+T = TypeVar("T")
 
 logger = logging.getLogger(__name__)
 
@@ -108,40 +111,36 @@ def _close() -> None:
 
 
 def _query(sql: str, args: tuple[Any, ...]) -> tuple[Any, ...] | None:
-    with _lock:
-        for attempt in range(2):
-            connection = _connection()
-            if connection is None:
-                return None
-            try:
-                row: tuple[Any, ...] | None = connection.execute(sql, args).fetchone()
-                return row
-            except sqlite3.DatabaseError as err:  # damaged since it was opened
-                _discard(err, attempt)
-            except sqlite3.Error as err:  # locked by another process: do without
-                logger.info("header cache not used: %s", err)
-                return None
-        return None
+    row: tuple[Any, ...] | None = _use(lambda db: db.execute(sql, args).fetchone(),
+                                       "header cache not used")
+    return row
 
 
 def _store(key: str, signature: tuple[int, int, int], text: str) -> None:
+    def write(db: sqlite3.Connection) -> None:
+        db.execute("INSERT OR REPLACE INTO headers VALUES (?, ?, ?, ?, ?)", (key, *signature, text))
+        db.execute("DELETE FROM headers WHERE rowid <= (SELECT max(rowid) FROM headers) - ?",
+                   (_MAX_ROWS,))
+
+    _use(write, "header cache not updated")
+
+
+def _use(work: Callable[[sqlite3.Connection], T], failure: str) -> T | None:
+    """Run ``work`` on the cache; a damaged cache file is dropped and ``work`` tried once
+    more on a new one; a locked one (another process) is done without."""
     with _lock:
         for attempt in range(2):
             connection = _connection()
             if connection is None:
-                return
+                return None
             try:
-                connection.execute("INSERT OR REPLACE INTO headers VALUES (?, ?, ?, ?, ?)",
-                                   (key, *signature, text))
-                connection.execute(
-                    "DELETE FROM headers WHERE rowid <= (SELECT max(rowid) FROM headers) - ?",
-                    (_MAX_ROWS,))
-                return
-            except sqlite3.DatabaseError as err:
+                return work(connection)
+            except sqlite3.DatabaseError as err:  # damaged since it was opened
                 _discard(err, attempt)
             except sqlite3.Error as err:
-                logger.info("header cache not updated: %s", err)
-                return
+                logger.info("%s: %s", failure, err)
+                return None
+        return None
 
 
 def _discard(err: sqlite3.Error, attempt: int) -> None:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import logging
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -206,14 +205,7 @@ def load(path: Path | None = None) -> LoadedSettings:
 
 def _set_aside(path: Path) -> Path:
     """Rename an unreadable settings file to a free ``.broken-<time>`` name; never delete."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    kept = path.with_name(f"{path.stem}.broken-{stamp}{path.suffix}")
-    n = 1
-    while kept.exists():  # a second damaged file in the same second keeps the first
-        n += 1
-        kept = path.with_name(f"{path.stem}.broken-{stamp}-{n}{path.suffix}")
-    path.rename(kept)
-    return kept
+    return paths.set_aside(path, lambda stamp: f"{path.stem}.broken-{stamp}{path.suffix}")
 
 
 def save(settings: Settings, path: Path | None = None) -> None:

@@ -18,6 +18,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.core import paths
+
 LMSTUDIO = "LM Studio"
 OLLAMA = "Ollama"
 HUGGING_FACE = "Hugging Face"
@@ -161,19 +163,14 @@ def gguf_files(folder: Path, walked: set[tuple[int, int]],
 
 
 def _existing(folders: list[Path]) -> tuple[Path, ...]:
-    seen: set[str] = set()
-    kept: list[Path] = []
-    for folder in folders:
-        try:
-            if not folder.is_dir():
-                continue
-            key = os.path.normcase(os.path.realpath(folder))
-        except (OSError, ValueError):
-            continue
-        if key not in seen:
-            seen.add(key)
-            kept.append(folder)
-    return tuple(kept)
+    return tuple(paths.distinct_places(filter(_is_dir, folders), lambda folder: folder))
+
+
+def _is_dir(folder: Path) -> bool:
+    try:
+        return folder.is_dir()
+    except (OSError, ValueError):
+        return False
 
 
 def _read_text(path: Path) -> str | None:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast, get_args
 
+from app.core import paths
 from app.core.paths import database_path
 from app.core.replies import ReplyStats
 
@@ -419,22 +420,12 @@ def open_store(path: Path | str | None = None, **options: Any) -> Store:
 
 def _set_aside(path: Path) -> Path:
     """Rename ``path`` (with its journal files) to a free ``<name>.corrupt-<time>`` name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    kept = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while kept.exists():  # never overwrite an earlier damaged copy
-        n += 1
-        kept = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
     try:
-        path.rename(kept)
-        for ending in ("-wal", "-shm"):
-            journal = path.with_name(path.name + ending)
-            if journal.exists():
-                journal.rename(kept.with_name(kept.name + ending))
+        return paths.set_aside(path, lambda stamp: f"{path.name}.corrupt-{stamp}",
+                               ("-wal", "-shm"))
     except OSError as exc:
         raise StoreError(f"The conversation database {path} is damaged and could not be set "
                          f"aside: {exc.strerror or exc}") from exc
-    return kept
 
 
 def _prepare(db: sqlite3.Connection, path: Path, search_index: bool) -> bool:

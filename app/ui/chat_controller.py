@@ -360,7 +360,8 @@ class ChatController(QObject):
         if isinstance(started, Rewound):
             self.conversation_opened.emit(turn.conversation_id, started.before)
             await asyncio.sleep(0)
-        self._remember_open(turn.conversation_id)
+        if core.saved_conversation_id is not None:  # else a full disk holds it for now
+            self._remember_open(core.saved_conversation_id)
         await self._begin(turn, text, pieces)
         self.conversations_changed.emit()  # a new conversation, or a new order
 
@@ -494,8 +495,7 @@ class ChatController(QObject):
         return self.core
 
     def _remember_open(self, conversation_id: int | None) -> None:
-        if conversation_id is not None and conversation_id < 0:
-            return  # not saved yet (the disk is full): nothing to reopen next time
+        """Reopen this conversation at the next start (None: a new chat)."""
         if self.prefs.open_conversation != conversation_id:
             self.prefs.open_conversation = conversation_id
             self._save_settings()

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QIntValidator
@@ -47,6 +47,76 @@ if TYPE_CHECKING:
 
 SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
 MIN_CONTEXT = 256
+_CLAMPED = object()  # a value put right in its box, which reports the new one itself
+W = TypeVar("W", QSpinBox, QDoubleSpinBox)
+
+
+def _name(box: QWidget, name: str, label: str) -> None:
+    box.setObjectName(name)
+    box.setAccessibleName(label)
+
+
+def _spin(box: W, name: str, label: str) -> W:
+    _name(box, name, label)
+    box.setKeyboardTracking(False)  # one save per finished edit, not per keystroke
+    return box
+
+
+def _real_box(low: float, high: float, step: float) -> Callable[[QWidget, str, str],
+                                                                QDoubleSpinBox]:
+    def make(parent: QWidget, name: str, label: str) -> QDoubleSpinBox:
+        box = _spin(QDoubleSpinBox(parent), name, label)
+        box.setRange(low, high)
+        box.setSingleStep(step)
+        box.setDecimals(2)
+        return box
+
+    return make
+
+
+def _whole_box(low: int, high: int, special: str = "") -> Callable[[QWidget, str, str],
+                                                                    QSpinBox]:
+    def make(parent: QWidget, name: str, label: str) -> QSpinBox:
+        box = _spin(QSpinBox(parent), name, label)
+        box.setRange(low, high)
+        box.setSpecialValueText(special)
+        return box
+
+    return make
+
+
+def _context_box(parent: QWidget, name: str, label: str) -> QSpinBox:
+    box = _whole_box(0, 1 << 20, "Model default (at most 8,192)")(parent, name, label)
+    box.setSingleStep(1024)
+    box.setSuffix(" tokens")
+    return box
+
+
+def _threads_box(parent: QWidget, name: str, label: str) -> QSpinBox:
+    return _whole_box(0, max(4, (os.cpu_count() or 1) * 2),
+                      "Automatic (one per core)")(parent, name, label)
+
+
+# The sampling settings, in the general tab and in "This model": field, label, box.
+_SAMPLING_BOXES = (("temperature", "Temperature", _real_box(0.0, 2.0, 0.05)),
+                   ("top_p", "Top-p", _real_box(0.01, 1.0, 0.01)),
+                   ("top_k", "Top-k", _whole_box(0, 1000, "Off")),
+                   ("min_p", "Min-p", _real_box(0.0, 1.0, 0.01)),
+                   ("repeat_penalty", "Repeat penalty", _real_box(0.5, 2.0, 0.05)),
+                   ("max_tokens", "Max reply tokens", _whole_box(1, 1 << 20)))
+
+
+def _spin_value(field: str, box: QSpinBox | QDoubleSpinBox) -> object:
+    """What a box's value means for ``field``: 0 is "automatic" for the context size and
+    threads; a context below MIN_CONTEXT is raised to it in the box (and _CLAMPED said)."""
+    if isinstance(box, QDoubleSpinBox):
+        return round(box.value(), 2)
+    if field == "context_size" and 0 < box.value() < MIN_CONTEXT:
+        box.setValue(MIN_CONTEXT)  # comes back here with a usable size
+        return _CLAMPED
+    if field in ("context_size", "threads"):
+        return box.value() or None
+    return box.value()
 
 
 class SettingsDialog(QDialog):
@@ -54,6 +124,8 @@ class SettingsDialog(QDialog):
     """The user picked "system", "light" or "dark"."""
     folders_changed = Signal()
     """The model folders or the other apps' stores in use changed: scan again."""
+    context_size_changed = Signal()
+    """A context size (the default, or a model's own) changed: model sizes change too."""
     reload_requested = Signal()
     """The user asked to reload the current model with the new load options."""
     open_models_folder_requested = Signal()
@@ -160,27 +232,10 @@ class SettingsDialog(QDialog):
         self.default_model.activated.connect(self._on_default_model_activated)
         form.addRow("Model at start", self.default_model)
 
-        self.context_size = QSpinBox(page)
-        self.context_size.setObjectName("contextSizeBox")
-        self.context_size.setAccessibleName("Context size")
-        self.context_size.setRange(0, 1 << 20)
-        self.context_size.setSingleStep(1024)
-        self.context_size.setSpecialValueText("Model default (at most 8,192)")
-        self.context_size.setSuffix(" tokens")
-        self.context_size.setValue(self.prefs.context_size or 0)
-        self.context_size.setKeyboardTracking(False)
-        self.context_size.valueChanged.connect(self._on_context_size_changed)
-        form.addRow("Context size", self.context_size)
-
-        self.threads = QSpinBox(page)
-        self.threads.setObjectName("threadsBox")
-        self.threads.setAccessibleName("Threads")
-        self.threads.setRange(0, max(4, (os.cpu_count() or 1) * 2))
-        self.threads.setSpecialValueText("Automatic (one per core)")
-        self.threads.setValue(self.prefs.threads or 0)
-        self.threads.setKeyboardTracking(False)
-        self.threads.valueChanged.connect(self._on_threads_changed)
-        form.addRow("Threads", self.threads)
+        self.context_size = self._default(_context_box(page, "contextSizeBox", "Context size"),
+                                          "context_size", form)
+        self.threads = self._default(_threads_box(page, "threadsBox", "Threads"), "threads",
+                                     form)
 
         note = QLabel("Context size and threads apply the next time a model loads.", page)
         note.setObjectName("settingsNote")
@@ -202,15 +257,12 @@ class SettingsDialog(QDialog):
         self.system_prompt.textChanged.connect(self._prompt_timer.start)
         form.addRow("System prompt", self.system_prompt)
 
-        self.temperature = self._real("temperature", 0.0, 2.0, 0.05, label="Temperature",
-                                      form=form)
-        self.top_p = self._real("top_p", 0.01, 1.0, 0.01, label="Top-p", form=form)
-        self.top_k = self._whole("top_k", 0, 1000, label="Top-k", form=form, special="Off")
-        self.min_p = self._real("min_p", 0.0, 1.0, 0.01, label="Min-p", form=form)
-        self.repeat_penalty = self._real("repeat_penalty", 0.5, 2.0, 0.05,
-                                         label="Repeat penalty", form=form)
-        self.max_tokens = self._whole("max_tokens", 1, 1 << 20, label="Max reply tokens",
-                                      form=form)
+        boxes = {name: self._default(make(page, f"{name}Box", label), name, form)
+                 for name, label, make in _SAMPLING_BOXES}
+        self.temperature, self.top_p, self.top_k = (boxes["temperature"], boxes["top_p"],
+                                                    boxes["top_k"])
+        self.min_p, self.repeat_penalty = boxes["min_p"], boxes["repeat_penalty"]
+        self.max_tokens = boxes["max_tokens"]
 
         self.seed = QLineEdit("" if self.prefs.seed is None else str(self.prefs.seed), page)
         self.seed.setObjectName("seedBox")
@@ -229,14 +281,8 @@ class SettingsDialog(QDialog):
         form.addRow(self.model_title)
         boxes: dict[str, QWidget] = {}
 
-        context = QSpinBox(page)
-        context.setRange(0, 1 << 20)
-        context.setSingleStep(1024)
-        context.setSpecialValueText("Model default (at most 8,192)")
-        context.setSuffix(" tokens")
-        threads = QSpinBox(page)
-        threads.setRange(0, max(4, (os.cpu_count() or 1) * 2))
-        threads.setSpecialValueText("Automatic (one per core)")
+        context = _context_box(page, "model_context_sizeBox", "Context size for this model")
+        threads = _threads_box(page, "model_threadsBox", "Threads for this model")
         template = QComboBox(page)
         template.addItem("From the model file", None)
         for key, label in BUILTIN_TEMPLATES.items():
@@ -249,35 +295,15 @@ class SettingsDialog(QDialog):
                                   ("threads", threads, "Threads"),
                                   ("template_override", template, "Chat template"),
                                   ("system_prompt", prompt, "System prompt"))):
-            box.setObjectName(f"model_{name}Box")
-            box.setAccessibleName(f"{label} for this model")
+            _name(box, f"model_{name}Box", f"{label} for this model")
             boxes[name] = box
             form.addRow(label, box)
-        for name, label, low, high, step in (("temperature", "Temperature", 0.0, 2.0, 0.05),
-                                             ("top_p", "Top-p", 0.01, 1.0, 0.01),
-                                             ("min_p", "Min-p", 0.0, 1.0, 0.01),
-                                             ("repeat_penalty", "Repeat penalty", 0.5, 2.0,
-                                              0.05)):
-            real = QDoubleSpinBox(page)
-            real.setRange(low, high)
-            real.setSingleStep(step)
-            real.setDecimals(2)
-            boxes[name] = real
-            real.setObjectName(f"model_{name}Box")
-            real.setAccessibleName(f"{label} for this model")
-            form.addRow(label, real)
-        for name, label, low, high in (("top_k", "Top-k", 0, 1000),
-                                       ("max_tokens", "Max reply tokens", 1, 1 << 20)):
-            whole = QSpinBox(page)
-            whole.setRange(low, high)
-            boxes[name] = whole
-            whole.setObjectName(f"model_{name}Box")
-            whole.setAccessibleName(f"{label} for this model")
-            form.addRow(label, whole)
+        for name, label, make in _SAMPLING_BOXES:
+            boxes[name] = make(page, f"model_{name}Box", f"{label} for this model")
+            form.addRow(label, boxes[name])
         self.model_boxes = boxes
         for name, box in boxes.items():
             if isinstance(box, QSpinBox | QDoubleSpinBox):
-                box.setKeyboardTracking(False)
                 box.valueChanged.connect(lambda _v, name=name: self._on_model_value_changed(name))
             elif isinstance(box, QComboBox):
                 box.activated.connect(lambda _i, name=name: self._on_model_value_changed(name))
@@ -318,32 +344,12 @@ class SettingsDialog(QDialog):
         button.setAccessibleName(text.rstrip("…"))
         return button
 
-    def _real(self, field: str, low: float, high: float, step: float, *, label: str,
-              form: QFormLayout) -> QDoubleSpinBox:
-        box = QDoubleSpinBox(self)
-        box.setObjectName(f"{field}Box")
-        box.setAccessibleName(label)
-        box.setRange(low, high)
-        box.setSingleStep(step)
-        box.setDecimals(2)
-        box.setValue(getattr(self.prefs, field))
-        box.setKeyboardTracking(False)  # one save per finished edit, not per keystroke
-        box.valueChanged.connect(lambda value: self._set(field, round(value, 2)))
-        form.addRow(label, box)
-        return box
-
-    def _whole(self, field: str, low: int, high: int, *, label: str, form: QFormLayout,
-               special: str = "") -> QSpinBox:
-        box = QSpinBox(self)
-        box.setObjectName(f"{field}Box")
-        box.setAccessibleName(label)
-        box.setRange(low, high)
-        if special:
-            box.setSpecialValueText(special)
-        box.setValue(getattr(self.prefs, field))
-        box.setKeyboardTracking(False)
-        box.valueChanged.connect(lambda value: self._set(field, value))
-        form.addRow(label, box)
+    def _default(self, box: W, field: str, form: QFormLayout) -> W:
+        """A box for one of the general settings: shows it, and saves each finished edit."""
+        value = getattr(self.prefs, field)
+        box.setValue(0 if value is None else value)
+        box.valueChanged.connect(lambda _v: self._on_default_changed(field, box))
+        form.addRow(box.accessibleName(), box)
         return box
 
     # Models ----------------------------------------------------------------------
@@ -473,19 +479,16 @@ class SettingsDialog(QDialog):
             value = box.currentData()
         elif isinstance(box, QPlainTextEdit):
             value = box.toPlainText()
-        elif isinstance(box, QDoubleSpinBox):
-            value = round(box.value(), 2)
         else:
-            assert isinstance(box, QSpinBox)
-            value = box.value()
-            if name == "context_size" and 0 < box.value() < MIN_CONTEXT:
-                box.setValue(MIN_CONTEXT)  # comes back here with a usable size
+            assert isinstance(box, QSpinBox | QDoubleSpinBox)
+            value = _spin_value(name, box)
+            if value is _CLAMPED:
                 return
-            if name in ("context_size", "threads"):
-                value = value or None
         self.prefs.set_model_value(path, name, value)
         self._save()
         self._update_model_title(self._model_name)
+        if name == "context_size":
+            self.context_size_changed.emit()
 
     def _on_model_prompt_edited(self) -> None:
         if not self._filling:
@@ -500,17 +503,16 @@ class SettingsDialog(QDialog):
         self._model_prompt_timer.stop()
         self.prefs.clear_model(self._model_path)
         self._save()
+        self.context_size_changed.emit()
         self._fill_model_fields()
         self._update_model_title(self._model_name)
 
-    def _on_context_size_changed(self, value: int) -> None:
-        if 0 < value < MIN_CONTEXT:
-            self.context_size.setValue(MIN_CONTEXT)  # comes back here with a usable size
-            return
-        self._set("context_size", value or None)
-
-    def _on_threads_changed(self, value: int) -> None:
-        self._set("threads", value or None)
+    def _on_default_changed(self, field: str, box: QSpinBox | QDoubleSpinBox) -> None:
+        value = _spin_value(field, box)
+        if value is not _CLAMPED:
+            self._set(field, value)
+            if field == "context_size":
+                self.context_size_changed.emit()
 
     def _on_prompt_timer_timeout(self) -> None:
         self._set("system_prompt", self.system_prompt.toPlainText())

@@ -358,6 +358,8 @@ class MainWindow(QMainWindow):
 
             dialog = SettingsDialog(self.prefs, self.save_settings, paths.models_dir(), self)
             dialog.theme_changed.connect(self._on_theme_changed)
+            dialog.context_size_changed.connect(
+                lambda: self._show_models(self.picker.list_model.entries))
             dialog.folders_changed.connect(self._rescan)
             dialog.reload_requested.connect(self._on_reload_requested)
             dialog.open_models_folder_requested.connect(desktop.open_models_folder)
@@ -381,7 +383,6 @@ class MainWindow(QMainWindow):
 
     def save_settings(self) -> None:
         """Save a copy of the settings off the GUI thread (the write waits for the disk)."""
-        self._show_models(self.picker.list_model.entries)  # a context size may have changed
         snapshot = dataclasses.replace(self.prefs, model_folders=list(self.prefs.model_folders))
         try:
             self._background.submit(_save_settings, snapshot)

@@ -63,6 +63,7 @@ def main(replies: int) -> int:
         from app.core import engine, settings
         from app.ui import message_widget, theme
         from app.ui.window import MainWindow
+        from tests.benchmarks.bench_window import ready
 
         generate = engine.Engine.generate
 
@@ -103,12 +104,7 @@ def main(replies: int) -> int:
         all_delays: list[float] = []
 
         async def run() -> None:
-            window.start()
-            while window.controller is None:
-                await asyncio.sleep(0.05)
-            controller = window.controller
-            while controller.model is None or controller.loading:
-                await asyncio.sleep(0.05)
+            controller = await ready(window)
             for _ in range(replies):
                 await controller.new_chat()
                 clock.reset()

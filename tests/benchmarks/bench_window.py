@@ -27,6 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 if TYPE_CHECKING:
     from app.core.replies import ReplyStats
+    from app.ui.chat_controller import ChatController
+    from app.ui.window import MainWindow
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 os.environ.setdefault("QT_API", "pyside6")
 
@@ -121,16 +123,22 @@ def bench_window() -> None:
             loop.run_until_complete(_throughput_and_close(window))
 
 
-async def _throughput_and_close(window: object) -> None:
-    from app.ui.window import MainWindow
-
-    assert isinstance(window, MainWindow)
+async def ready(window: MainWindow) -> ChatController:
+    """Start the window's core and wait until its model is loaded."""
     window.start()
     while window.controller is None:
         await asyncio.sleep(0.05)
     controller = window.controller
     while controller.model is None or controller.loading:
         await asyncio.sleep(0.05)
+    return controller
+
+
+async def _throughput_and_close(window: object) -> None:
+    from app.ui.window import MainWindow
+
+    assert isinstance(window, MainWindow)
+    controller = await ready(window)
     core = controller.core
     assert core is not None
 

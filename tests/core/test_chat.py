@@ -20,6 +20,7 @@ from app.core.engine import Engine, LoadOptions, PromptTooLong, Sampling
 from app.core.store import Store
 from tests.core.helpers import GREEDY, PROBE
 from tests.reference import Reference
+from tests.scripted_engine import ScriptedEngine
 
 
 @pytest.fixture
@@ -87,10 +88,12 @@ def test_regenerate_and_edit_replace_the_last_turn(chat: ChatService, reference:
 
 
 def test_a_full_context_drops_the_oldest_turns(smollm2_path: Path) -> None:
-    engine = Engine()
+    # Bookkeeping, not words: on the scripted engine (a token per character). The real
+    # models' contexts are filled in test_engine.py and test_hostile_input.py.
+    engine = ScriptedEngine()
     store = Store()
     try:
-        engine.load(smollm2_path, LoadOptions(n_ctx=512)).result()
+        engine.load(smollm2_path, LoadOptions(n_ctx=1024)).result()
         chat = ChatService(engine, store)
         sampling = Sampling(temperature=0.0, max_tokens=40, seed=1)
         results = []

@@ -1,7 +1,7 @@
 """Choosing the bundle's CPU backend: the best level that does not crash here, once.
 
 A level whose kernels crash cannot be made on this CPU, so the check's answers are
-given as data here; the real child check is in tests/test_native_code.py, and the
+given as data here; the real child check is in tests/core/test_native_check.py, and the
 real bundle's choice in tests/packaging.
 """
 

@@ -86,17 +86,19 @@ def test_json_export_round_trips_every_text_and_stat(store: Store) -> None:
 def test_markdown_export_shows_each_text_verbatim_in_order(store: Store) -> None:
     ids = _hostile_conversations(store)
     document = export_markdown(store, ids)
-    document.encode("utf-8")  # a file can hold it
+    assert document.encode("utf-8")  # a file can hold it (no lone surrogate left)
     position = 0
     for n, conversation_id in enumerate(ids):
-        position = document.index(f"# hostile {n}\n\n- Model: model-{n}\n", position)
         system, user, reply, unfinished = (_readable(m.text)
                                            for m in store.messages(conversation_id))
-        for block in (f"**System:**\n\n{system}\n\n",
+        for block in (f"# hostile {n}\n\n- Model: model-{n}\n",
+                      f"**System:**\n\n{system}\n\n",
                       f"**You:**\n\n{user}\n\n",
                       f"**Assistant (other-{n}):**\n\n{reply}\n\n",
                       f"**Assistant (model-{n}):**\n\n{unfinished}\n\n*(unfinished reply)*"):
-            position = document.index(block, position) + len(block)
+            found = document.find(block, position)
+            assert found >= 0, f"conversation {n}: {block[:40]!r} is missing or out of order"
+            position = found + len(block)
 
 
 def test_markdown_export_reads_as_a_transcript(store: Store) -> None:

@@ -18,6 +18,7 @@ import pytest
 from app.core import paths, settings
 from app.core.chat import ChatService
 from app.core.store import Store, open_store
+from tests.cli.test_commands import events, fireside
 from tests.core.helpers import (
     GREEDY,
     PROBE,
@@ -27,7 +28,6 @@ from tests.core.helpers import (
     start_long_reply,
     stored_reply,
 )
-from tests.core.test_cli import events, fireside
 
 TIMEOUT = 120  # a reply or a load that takes longer than this is stuck
 
@@ -241,8 +241,8 @@ def test_the_loaded_model_file_changing_does_not_end_the_session(
 
 
 # The stdin session's contract (Ctrl-C stops the reply and keeps the session; SIGTERM
-# and SIGHUP save and leave) is in test_cli.py. A one-shot chat has no session to keep:
-# every one of the three saves the reply so far and ends the process.
+# and SIGHUP save and leave) is in tests/cli/test_commands.py. A one-shot chat has no
+# session to keep: every one of the three saves the reply so far and ends the process.
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
                          ids=lambda s: s.name)
 def test_a_signal_during_a_one_shot_reply_saves_it_and_ends_the_process(

@@ -8,6 +8,9 @@ terminal's and the window's tests.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -174,3 +177,26 @@ def test_the_library_finds_the_bundled_models(core: Fireside, smollm2_path: Path
     assert core.library.choose(None) == smollm2_path
     with pytest.raises(LookupError, match="No model called"):
         core.library.choose("no-such-model")
+
+
+def test_the_face_in_the_readme_runs(tmp_path: Path) -> None:
+    """The README's whole face, run as a user would, on the real bundled model."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    marker = readme.index("<!-- a whole face")
+    start = readme.index("```python\n", marker) + len("```python\n")
+    code = readme[start:readme.index("\n```", start)]
+    face = tmp_path / "face.py"
+    face.write_text(code, encoding="utf-8")
+    root = str(Path(__file__).resolve().parents[2])
+    done = subprocess.run([sys.executable, str(face)], input="Hello!\n/new\nName a fruit.\n",
+                          capture_output=True, text=True, timeout=300, check=False,
+                          env={**os.environ, "PYTHONPATH": root})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "is ready" in done.stderr
+    endings = [line for line in done.stdout.splitlines() if line.startswith("[")]
+    assert len(endings) == 2 and all(" tokens, " in line for line in endings), done.stdout
+    core = Fireside.open(engine=ScriptedEngine())
+    try:
+        assert len(core.conversations()) == 2  # /new started a second one
+    finally:
+        core.close()

@@ -2,7 +2,10 @@
 under strace open no IP socket.
 
 strace sees every system call of every thread and child process, the native libraries'
-(llama.cpp, SQLite) included, so this covers more than Python's own socket module.
+(llama.cpp, SQLite) included, so this covers more than Python's own socket module. Each
+test first checks that the trace really holds the session: the files it must have
+opened (the model, the database) are in it, so "no IP socket" is a finding, not an
+empty log.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import settings
+from app.core import paths, settings
 from app.core.store import Store
 from tests.core.helpers import PROBE
 
@@ -34,7 +37,7 @@ def _traced(log: Path, *args: str, stdin: str | None = None,
         pytest.fail("strace is not installed: the privacy proof needs it "
                     "(packaging/system-deps.sh installs it)")
     return subprocess.run(
-        [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network", "-e", "signal=none",
+        [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network,openat", "-e", "signal=none",
          "-o", str(log), sys.executable, *program, *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
         env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
@@ -42,6 +45,11 @@ def _traced(log: Path, *args: str, stdin: str | None = None,
 
 def _internet_calls(lines: list[str]) -> list[str]:
     return [line for line in lines if "AF_INET" in line]
+
+
+def _opened(lines: list[str], path: Path | str) -> bool:
+    """The traced process (any thread of it) opened ``path``."""
+    return any("openat(" in line and f'"{path}"' in line for line in lines)
 
 
 @pytest.mark.slow
@@ -60,6 +68,7 @@ def test_a_whole_window_session_opens_no_network_connection(
     assert len(replies) == 2 and all(m.text for m in replies)
     assert settings.load().settings.last_model == str(gemma_path), "the model was switched"
     lines = log.read_text().splitlines()
+    assert _opened(lines, gemma_path) and _opened(lines, store.path), "the trace missed it"
     assert not _internet_calls(lines), "IP network calls were made:\n" + "\n".join(
         _internet_calls(lines))
 
@@ -69,20 +78,22 @@ def test_a_whole_terminal_session_opens_no_network_connection(
         tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> None:
     greedy = ("--temperature", "0", "--max-tokens", "8")
     session = f"Hello!\n/model {gemma_path}\n{PROBE}\n/new\nThanks.\n/quit\n"
-    steps = [
-        ("models", ("models",), None),
+    database = paths.database_path()  # where every session keeps its conversations
+    steps = [  # each with a file the traced process must have opened
+        ("models", ("models",), None, gemma_path),
         ("one-shot chat", ("chat", "--json", "--model", str(smollm2_path), *greedy, PROBE),
-         None),
+         None, smollm2_path),
         ("interactive chat", ("chat", "--json", "--model", str(smollm2_path), *greedy),
-         session),
-        ("export", ("export", "--all", "--format", "json"), None),
+         session, gemma_path),
+        ("export", ("export", "--all", "--format", "json"), None, database),
     ]
     seen: dict[str, list[str]] = {}
-    for name, args, stdin in steps:
+    for name, args, stdin, opened in steps:
         log = tmp_path / f"{name}.strace"
         result = _traced(log, *args, stdin=stdin)
         assert result.returncode == 0, f"{name}: {result.stderr[-2000:]}"
         seen[name] = log.read_text().splitlines()
+        assert _opened(seen[name], opened), f"{name}: the trace missed the session"
         if name == "interactive chat":  # the session really switched model and answered
             stream = [json.loads(line) for line in result.stdout.splitlines()]
             assert [e["event"] for e in stream].count("model_loaded") == 2

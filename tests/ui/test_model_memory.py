@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from PySide6.QtWidgets import QWidget
+
 from app.core import catalog, memory
 from app.core.gguf import read_header
 from app.ui.model_picker import DETAILS_ROLE, ModelListModel
@@ -30,8 +32,9 @@ def test_the_estimate_follows_the_context_the_settings_choose(
         return str(picker.index(picker.row_of(smollm2_path)).data(DETAILS_ROLE))
 
     at_default = shown()
-    window.prefs.set_model_value(smollm2_path, "context_size", 512)
-    window.save_settings()
+    window.show_settings()  # the loaded model's own context, as a user sets it
+    dialog = window.findChild(QWidget, "settingsDialog")
+    dialog.findChild(QWidget, "model_context_sizeBox").setValue(512)
     small = memory.estimate(read_header(smollm2_path), 512).total
     assert f"≈ {memory.format_bytes(small)} in memory" in shown()
     assert shown() != at_default

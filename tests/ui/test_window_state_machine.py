@@ -35,7 +35,7 @@ STEP = st.tuples(st.sampled_from(ACTIONS), CHOICES)
 REAL_MODELS = settings(max_examples=2, stateful_step_count=10, deadline=None,
                        derandomize=True, database=None, phases=[Phase.generate],
                        suppress_health_check=list(HealthCheck))
-SCRIPTED = settings(max_examples=25, stateful_step_count=15, deadline=None, database=None,
+SCRIPTED = settings(max_examples=15, stateful_step_count=15, deadline=None, database=None,
                     phases=[Phase.generate], suppress_health_check=list(HealthCheck))
 
 

@@ -25,7 +25,7 @@ from tests.native_code import amx_instructions, llama_libraries
 
 pytestmark = pytest.mark.native
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _llama_build() -> ModuleType:

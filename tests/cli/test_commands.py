@@ -1,4 +1,4 @@
-"""The terminal face, driven as a user or a script would: a real `fireside` process."""
+"""The terminal commands (app/cli), driven as a user or a script would: real processes."""
 
 from __future__ import annotations
 
