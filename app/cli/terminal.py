@@ -100,7 +100,7 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
     try:
         if _load(core, model_path, out) is None:
             return 1
-        session = _Session(core, out)
+        session = _TerminalChat(core, out)
         if args.prompt is not None:
             session.ask(args.prompt)
         else:
@@ -161,7 +161,7 @@ def _wait(future: Future[T], on_interrupt: Callable[[], object]) -> T:
             on_interrupt()
 
 
-class _Session:
+class _TerminalChat:
     def __init__(self, core: Fireside, out: Output) -> None:
         self.core = core
         self.out = out

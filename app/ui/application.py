@@ -25,7 +25,7 @@ from PySide6.QtCore import QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
-from app.ui import icons, messages, theme
+from app.ui import icons, notices, theme
 from app.ui.window import MainWindow
 
 logger = logging.getLogger(__name__)
@@ -43,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
     app.setApplicationName("Fireside")
     app.setDesktopFileName("fireside")
     app.setWindowIcon(icons.app_icon())
-    sys.excepthook = messages.excepthook
+    sys.excepthook = notices.excepthook
 
     window = open_window(app, getattr(args, "models_dir", None) or [])
     if os.environ.get("FIRESIDE_EXIT_WHEN_READY"):
@@ -74,7 +74,7 @@ def open_window(app: QApplication, models_dirs: Sequence[Path]) -> MainWindow:
     window = MainWindow(loaded.settings, models_dirs)
     window.show()
     if loaded.problem:
-        messages.warning(loaded.problem)
+        notices.warning(loaded.problem)
     return window
 
 
@@ -155,7 +155,7 @@ def _log_to_file() -> None:
         handler = RotatingFileHandler(path, maxBytes=1 << 20, backupCount=1, encoding="utf-8")
     except OSError:
         return
-    messages.log_file = str(path)
+    notices.log_file = str(path)
     handler.setLevel(logging.WARNING)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.getLogger().addHandler(handler)

@@ -28,7 +28,7 @@ from app.core.engine import Engine
 from app.core.fireside import EXIT_CLOSE_S, Fireside, Rewound
 from app.core.settings import Settings
 from app.core.store import Conversation, StoreError
-from app.ui import event_loop, messages
+from app.ui import event_loop, notices
 from app.ui.bridge import PieceStream, ProgressRelay
 from app.ui.desktop import open_models_folder
 
@@ -154,7 +154,7 @@ class ChatController(QObject):
             return read(self.core)
         except StoreError as err:
             if not quiet:
-                messages.error(str(err))
+                notices.error(str(err))
             return default
 
     # Actions (each returns its task; failures reach the message bar) ----------------
@@ -170,7 +170,7 @@ class ChatController(QObject):
         """Load the current model again (new context size or threads)."""
         model = self.model
         if model is None:
-            messages.info("No model is loaded: choose one, it loads with the new settings.")
+            notices.info("No model is loaded: choose one, it loads with the new settings.")
             return
         self._spawn(self._load(model.path))
 
@@ -213,7 +213,7 @@ class ChatController(QObject):
         try:
             self.core.rename_conversation(conversation_id, title)
         except StoreError as err:
-            messages.error(str(err))
+            notices.error(str(err))
         self.conversations_changed.emit()
 
     def shut_down(self, then: Callable[[], None]) -> None:
@@ -255,7 +255,7 @@ class ChatController(QObject):
     def _on_task_done(self, task: asyncio.Task[Any]) -> None:
         self._tasks.discard(task)
         if not task.cancelled() and task.exception() is not None:
-            messages.report_exception(task.exception())  # type: ignore[arg-type]
+            notices.report_exception(task.exception())  # type: ignore[arg-type]
 
     async def _start(self) -> None:
         loop = asyncio.get_running_loop()
@@ -264,9 +264,9 @@ class ChatController(QObject):
         core = await loop.run_in_executor(self._background, opened)
         self.core = core
         for notice in core.notices:
-            messages.warning(notice)
+            notices.warning(notice)
         if core.store_error:
-            messages.error(f"{core.store_error} Conversations in this window will not be "
+            notices.error(f"{core.store_error} Conversations in this window will not be "
                            "saved.")
         self.conversations_changed.emit()
         wanted = self.prefs.open_conversation
@@ -280,7 +280,7 @@ class ChatController(QObject):
         core.library.watch(self._library_changed.emit)  # the picker follows the folders
         self.started.emit()
         if path is None:
-            messages.warning("No model found yet. Put .gguf files in the models folder.",
+            notices.warning("No model found yet. Put .gguf files in the models folder.",
                              "Open models folder", open_models_folder)
             return
         if self.model is None and not self._closed:
@@ -316,7 +316,7 @@ class ChatController(QObject):
         if self._closed:
             return
         core = self._core()
-        await self._settle()
+        await self._finish_reply_on_screen()
         entry = next((e for e in core.library.entries if e.path == path), None)
         self.loading = True
         self.model_load_started.emit(path, entry.name if entry else path.stem)
@@ -324,10 +324,10 @@ class ChatController(QObject):
         try:
             loaded = await _wait(core.load(path, self._progress.report, preempt=True))
         except LoadCancelled as err:
-            self._load_failed(err, messages.info)
+            self._load_failed(err, notices.info)
             return
         except EngineError as err:
-            self._load_failed(err, messages.error)
+            self._load_failed(err, notices.error)
             return
         finally:
             self.loading = False
@@ -345,7 +345,7 @@ class ChatController(QObject):
         if self._closed:
             return
         core = self._core()
-        await self._settle()
+        await self._finish_reply_on_screen()
         pieces = PieceStream(self)  # filled by the inference thread
         try:
             if edit_in is not None:
@@ -353,7 +353,7 @@ class ChatController(QObject):
             else:
                 started = await _wait(core.send(text, pieces.put, preempt=True))
         except (EngineError, StoreError) as err:
-            messages.error(str(err))
+            notices.error(str(err))
             self.send_refused.emit(text)
             return
         turn = started.turn if isinstance(started, Rewound) else started
@@ -369,12 +369,12 @@ class ChatController(QObject):
     async def _regenerate(self) -> None:
         if self._closed:
             return
-        await self._settle()
+        await self._finish_reply_on_screen()
         pieces = PieceStream(self)
         try:
             started = await _wait(self._core().regenerate(pieces.put, preempt=True))
         except (EngineError, StoreError) as err:
-            messages.error(str(err))
+            notices.error(str(err))
             return
         if started is None:
             return
@@ -401,12 +401,12 @@ class ChatController(QObject):
         except (EngineError, StoreError) as err:
             self.reply_failed.emit(str(err))
             if not self._closed or isinstance(err, StoreError):
-                messages.error(str(err))
+                notices.error(str(err))
         else:
             self.reply_finished.emit(result.reply.text, result.reply.stats)
             if not result.saved:
                 reason = (result.save_error or "The reply could not be saved").rstrip(".")
-                messages.error(f"{reason}. The reply is shown and kept in this window; it "
+                notices.error(f"{reason}. The reply is shown and kept in this window; it "
                                "is saved as soon as there is room again.")
         finally:
             pieces.deleteLater()  # the transcript is done with it
@@ -419,12 +419,12 @@ class ChatController(QObject):
     async def _new_chat(self) -> None:
         if self._closed:
             return
-        await self._settle()
+        await self._finish_reply_on_screen()
         try:
             await _wait(self._core().new_chat(preempt=True))
         except EngineError as err:
             if not self._closed:
-                messages.error(str(err))
+                notices.error(str(err))
         self._remember_open(None)
         self.chat_cleared.emit()
 
@@ -433,15 +433,15 @@ class ChatController(QObject):
         core = self._core()
         if self._closed or conversation_id == core.conversation_id:
             return
-        await self._settle()
+        await self._finish_reply_on_screen()
         try:
             history = await _wait(core.open_conversation(conversation_id, preempt=True))
         except StoreError as err:
-            messages.error(str(err))
+            notices.error(str(err))
             return
         if history is None:
             if not quiet:
-                messages.warning("That conversation no longer exists.")
+                notices.warning("That conversation no longer exists.")
             self.conversations_changed.emit()
             return
         self._remember_open(conversation_id)
@@ -454,26 +454,26 @@ class ChatController(QObject):
         core = self._core()
         was_open = conversation_id == core.conversation_id
         if was_open:
-            await self._settle()
+            await self._finish_reply_on_screen()
         try:
             conversation = await _wait(core.delete_conversation(conversation_id,
                                                                 preempt=was_open))
         except StoreError as err:
-            messages.error(str(err))
+            notices.error(str(err))
             return
         if was_open:
             self._remember_open(None)
             self.chat_cleared.emit()
         self.conversations_changed.emit()
         title = conversation.title if conversation else "the conversation"
-        messages.info(f"Deleted “{title}”.", "Undo",
+        notices.info(f"Deleted “{title}”.", "Undo",
                       lambda: self._undelete(conversation_id, was_open))
 
     def _undelete(self, conversation_id: int, reopen: bool) -> None:
         try:
             self._core().undelete_conversation(conversation_id)
         except StoreError as err:
-            messages.error(str(err))
+            notices.error(str(err))
             return
         self.conversations_changed.emit()
         if reopen and self.conversation_id is None and not self.streaming:
@@ -481,7 +481,7 @@ class ChatController(QObject):
 
     # Helpers -----------------------------------------------------------------------
 
-    async def _settle(self) -> None:
+    async def _finish_reply_on_screen(self) -> None:
         """Stop the reply on screen, if any, and wait until it is finished there (and
         saved): what comes next never shows next to it."""
         task = self._stream_task

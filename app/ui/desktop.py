@@ -8,14 +8,14 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QDesktopServices
 
 from app.core import paths
-from app.ui import messages
+from app.ui import notices
 
 WEB_SCHEMES = ("http", "https", "mailto")
 
 
 def open_folder(folder: Path) -> None:
     if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-        messages.warning(f"No file manager could be opened. The folder is {folder}")
+        notices.warning(f"No file manager could be opened. The folder is {folder}")
 
 
 def open_models_folder() -> None:
@@ -25,7 +25,7 @@ def open_models_folder() -> None:
 def open_link(url: QUrl) -> None:
     """Open a link from a reply; only web and mail links (model output is untrusted)."""
     if url.scheme().lower() not in WEB_SCHEMES:
-        messages.warning(f"Fireside opens only web links, not {url.toDisplayString()}")
+        notices.warning(f"Fireside opens only web links, not {url.toDisplayString()}")
         return
     if not QDesktopServices.openUrl(url):
-        messages.warning(f"No browser could be opened for {url.toDisplayString()}")
+        notices.warning(f"No browser could be opened for {url.toDisplayString()}")

@@ -15,7 +15,7 @@ os.environ.setdefault("QT_API", "pyside6")  # qasync must pick PySide6
 import qasync
 from PySide6.QtWidgets import QApplication
 
-from app.ui import messages
+from app.ui import notices
 
 _created: asyncio.AbstractEventLoop | None = None
 
@@ -30,7 +30,7 @@ def ensure() -> asyncio.AbstractEventLoop:
     loop: asyncio.AbstractEventLoop = qasync.QEventLoop(QApplication.instance(),
                                                         already_running=True)
     asyncio.set_event_loop(loop)
-    messages.install_exception_handlers(loop)
+    notices.install_exception_handlers(loop)
     _created = loop
     return loop
 

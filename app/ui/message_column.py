@@ -7,7 +7,7 @@ the column keeps rows only for the messages within a few screens of the view:
 - Opening a conversation builds its newest messages. Older ones are built one per
   event-loop turn while the view is near the top, and the message at the top of the
   view keeps its place on screen as they appear above it.
-- Rows far from the view are let go; a spacer of the same height takes their place,
+- Rows far from the view are released; a spacer of the same height takes their place,
   so the scroll bar keeps its length, and scrolling back builds them again. Only
   messages never built yet take no space: they are reached by scrolling to the top.
 - While the view is at the bottom it stays there as content grows.
@@ -38,7 +38,7 @@ MARGINS = (20, 20, 20, 28)  # left, top, right, bottom
 SPACING = 22  # between messages
 INITIAL_ROWS = 8  # built when a conversation opens
 BUILD_AHEAD = 2.0  # screens: messages this close to the view are built
-KEEP = 4.0  # screens: rows further than this from the view are let go
+BUILT_SCREENS = 4.0  # screens: rows further than this from the view are released
 BOTTOM_SLACK = 8  # pixels from the bottom that still count as "at the bottom"
 
 
@@ -51,7 +51,7 @@ class Entry:
     model: str = ""
     stats: ReplyStats | None = None
     note: str = ""  # why the message ended early, shown under it
-    height: int = 0  # of its row when it was last let go
+    height: int = 0  # of its row when it was last released
     row: MessageWidget | None = None
 
 
@@ -67,10 +67,10 @@ class MessageColumn(QScrollArea):
         self.entries: list[Entry] = []
         self._lo = self._hi = 0  # entries[lo:hi] have rows
         self._fresh = 0  # entries[:fresh] were never built and take no space
-        self.keep: MessageWidget | None = None  # never let go (the streaming reply)
+        self.pinned: MessageWidget | None = None  # never released (the streaming reply)
         self._pinned = True  # at the bottom: stay there as content grows
         # Otherwise the first row in view and its offset from the view's top: it keeps
-        # its place on screen whatever changes above it (rows built, let go, resized).
+        # its place on screen whatever changes above it (rows built, released, resized).
         self._anchor: tuple[MessageWidget, int] | None = None
         self._restoring = False
 
@@ -158,7 +158,7 @@ class MessageColumn(QScrollArea):
         bar.setValue(bar.maximum())
 
     def schedule(self) -> None:
-        """Build or let go of rows for the current view, a row per event-loop turn."""
+        """Build or release rows for the current view, a row per event-loop turn."""
         if not self._timer.isActive():
             self._timer.start()
 
@@ -184,22 +184,22 @@ class MessageColumn(QScrollArea):
             last_y = self._y_of(rows[-1]) + rows[-1].height()
         else:
             first_y = last_y = self._y_of(self._bottom)
-        far = KEEP * screen
-        if rows and self.keep is None and (first_y > bottom + far or last_y < top - far):
+        far = BUILT_SCREENS * screen
+        if rows and self.pinned is None and (first_y > bottom + far or last_y < top - far):
             self._recentre(self._index_at(top))  # the view jumped into a spacer
             self._fill_down_to(bottom)
             return True
         # Letting go first: it is cheap, and it keeps the count of rows down.
-        if len(rows) > 1 and rows[0] is not self.keep \
+        if len(rows) > 1 and rows[0] is not self.pinned \
                 and self._y_of(rows[0]) + rows[0].height() < top - far:
-            self._let_go(self._lo)
+            self._release(self._lo)
             self._lo += 1
             self._update_spacers()
             return True
-        if len(rows) > 1 and rows[-1] is not self.keep \
+        if len(rows) > 1 and rows[-1] is not self.pinned \
                 and last_y - rows[-1].height() > bottom + far:
             self._hi -= 1
-            self._let_go(self._hi)
+            self._release(self._hi)
             self._update_spacers()
             return True
         if self._lo > 0 and first_y > top - BUILD_AHEAD * screen:
@@ -238,7 +238,7 @@ class MessageColumn(QScrollArea):
         self._list.insertWidget(1 + position, row)  # after the top spacer
         row.show()
 
-    def _let_go(self, index: int) -> None:
+    def _release(self, index: int) -> None:
         entry = self.entries[index]
         row = entry.row
         if row is None:
@@ -256,7 +256,7 @@ class MessageColumn(QScrollArea):
 
     def _drop_rows(self) -> None:
         for index in range(self._lo, self._hi):
-            self._let_go(index)
+            self._release(index)
         self._lo = self._hi
 
     def _recentre(self, index: int) -> None:

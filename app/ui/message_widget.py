@@ -285,7 +285,7 @@ class MessageWidget(QFrame):
         """The message's raw text, as Copy puts it on the clipboard."""
         return self._live.text() if self._live is not None else self._markdown
 
-    def set_offers(self, *, regenerate: bool = False, edit: bool = False) -> None:
+    def show_actions(self, *, regenerate: bool = False, edit: bool = False) -> None:
         """Show Regenerate / Edit: only the newest messages offer them."""
         self.regenerate_button.setVisible(regenerate and self.role == "assistant")
         self.edit_button.setVisible(edit and self.role == "user")

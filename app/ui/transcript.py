@@ -77,7 +77,7 @@ class TranscriptView(QWidget):
         # out at the size of a hidden widget.
         self._stack.setCurrentWidget(self._column if messages else self._empty)
         self._column.set_entries([_entry(m) for m in messages])
-        self._refresh_offers()
+        self._refresh_actions()
 
     def clear(self) -> None:
         """Show an empty conversation."""
@@ -101,10 +101,10 @@ class TranscriptView(QWidget):
         self._live = entry
         row = self._add(entry)
         row.begin_stream()
-        self._column.keep = row
+        self._column.pinned = row
         self._source = source
         source.arrived.connect(self._on_arrived)
-        self._refresh_offers()
+        self._refresh_actions()
         self.deliver()  # what streamed in while the reply was being set up
 
     def deliver(self) -> None:
@@ -129,7 +129,7 @@ class TranscriptView(QWidget):
         entry.text, entry.stats = text, stats
         if entry.row is not None:
             entry.row.finish(text, stats)
-        self._refresh_offers()
+        self._refresh_actions()
 
     def fail_reply(self, message: str) -> None:
         """The reply failed: keep what arrived and say why it ended."""
@@ -141,7 +141,7 @@ class TranscriptView(QWidget):
         self._stop_stream()
         if entry.row is not None:
             entry.row.mark_failed(message)
-        self._refresh_offers()
+        self._refresh_actions()
 
     def scroll_to_bottom(self) -> None:
         self._column.scroll_to_bottom()
@@ -161,7 +161,7 @@ class TranscriptView(QWidget):
     def _add(self, entry: Entry) -> MessageWidget:
         self._stack.setCurrentWidget(self._column)
         row = self._column.append(entry)
-        self._refresh_offers()
+        self._refresh_actions()
         return row
 
     def _build_row(self, entry: Entry, width: int, parent: QWidget) -> MessageWidget:
@@ -173,17 +173,17 @@ class TranscriptView(QWidget):
         row.edit_requested.connect(self.edit_requested)
         entries = self._column.entries
         if self._live is None and entries:
-            row.set_offers(regenerate=entry is entries[-1], edit=entry is _last_user(entries))
+            row.show_actions(regenerate=entry is entries[-1], edit=entry is _last_user(entries))
         return row
 
-    def _refresh_offers(self) -> None:
+    def _refresh_actions(self) -> None:
         """Only the last reply offers Regenerate, the last user message Edit."""
         entries = self._column.entries
         streaming = self._live is not None
         last, last_user = (entries[-1] if entries else None), _last_user(entries)
         for entry in entries:
             if entry.row is not None:
-                entry.row.set_offers(regenerate=not streaming and entry is last,
+                entry.row.show_actions(regenerate=not streaming and entry is last,
                                      edit=not streaming and entry is last_user)
 
     def _live_text(self) -> str:
@@ -200,7 +200,7 @@ class TranscriptView(QWidget):
             self._source.arrived.disconnect(self._on_arrived)
             self._source = None
         self._live = None
-        self._column.keep = None
+        self._column.pinned = None
 
     # Looks ------------------------------------------------------------------------
 

@@ -41,9 +41,9 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import paths, settings
-from app.ui import desktop, icons, messages, theme
+from app.ui import desktop, icons, notices, theme
 from app.ui.composer import ComposerBar
-from app.ui.messages import MessageBar
+from app.ui.notices import NoticeBar
 from app.ui.sidebar import Sidebar
 from app.ui.status import StatusLine
 from app.ui.top_bar import TopBar
@@ -122,7 +122,7 @@ class MainWindow(QMainWindow):
         self.picker = self.top_bar.picker
         self.picker.model_chosen.connect(self._on_model_chosen)
 
-        self.message_bar = MessageBar(self)
+        self.message_bar = NoticeBar(self)
         # Until the transcript is imported (after the first paint), its empty state.
         self.placeholder = QLabel(self._empty_text, self)
         self.placeholder.setObjectName("chatPlaceholder")
@@ -231,7 +231,7 @@ class MainWindow(QMainWindow):
         try:
             transcript_module, controller_module = future.result()
         except Exception as exc:
-            messages.report_exception(exc, "starting up")
+            notices.report_exception(exc, "starting up")
             return
         self._install_transcript(transcript_module.TranscriptView(self))
         controller: ChatController = controller_module.ChatController(
@@ -430,7 +430,7 @@ class MainWindow(QMainWindow):
         self.composer_bar.begin_edit(text)
 
     def _on_copy_done(self, notice: str) -> None:
-        messages.info(notice)
+        notices.info(notice)
 
     def _on_link_clicked(self, url: QUrl) -> None:
         desktop.open_link(url)
@@ -598,4 +598,4 @@ def _save_settings(prefs: Settings) -> None:
     try:
         settings.save(prefs)
     except OSError as err:
-        messages.error(f"Settings could not be saved: {err.strerror or err}")
+        notices.error(f"Settings could not be saved: {err.strerror or err}")

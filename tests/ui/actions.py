@@ -27,10 +27,10 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QLineEdit, QListView, QPushButton, QSpinBox, QWidget
 
 from app.core import paths
-from app.ui import messages
+from app.ui import notices as notice_bar
 from app.ui.conversation_model import ID_ROLE
 from app.ui.message_column import MessageColumn
-from app.ui.messages import Notice
+from app.ui.notices import Notice
 from app.ui.window import MainWindow
 from tests.gguf_files import copy_with_metadata
 
@@ -92,10 +92,10 @@ class Problems:
 
         loop.set_exception_handler(on_loop_exception)
         sys.excepthook = on_exception
-        messages.bridge.shown.connect(self.notices.append)
+        notice_bar.bridge.shown.connect(self.notices.append)
 
         def uninstall() -> None:
-            messages.bridge.shown.disconnect(self.notices.append)
+            notice_bar.bridge.shown.disconnect(self.notices.append)
             sys.excepthook = previous_hook
             loop.set_exception_handler(None)
 

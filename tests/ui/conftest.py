@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
 from app.core.replies import ReplyStats
-from app.ui import messages
-from app.ui.messages import Level, Notice
+from app.ui import notices as notice_bar
+from app.ui.notices import Level, Notice
 from app.ui.transcript import TranscriptView
 from app.ui.window import MainWindow
 
@@ -80,9 +80,9 @@ def qasync_loop(qapp: QApplication) -> Iterator[asyncio.AbstractEventLoop]:
 @pytest.fixture
 def notices(qapp: QApplication) -> Iterator[Notices]:
     seen = Notices()
-    messages.bridge.shown.connect(seen.append)
+    notice_bar.bridge.shown.connect(seen.append)
     yield seen
-    messages.bridge.shown.disconnect(seen.append)
+    notice_bar.bridge.shown.disconnect(seen.append)
 
 
 def greedy_settings(**changes: Any) -> settings.Settings:

@@ -425,7 +425,7 @@ def test_scrolling_up_builds_older_messages_and_lets_far_ones_go(view: Transcrip
     qtbot.waitUntil(at_top, timeout=60_000)
     assert view.unbuilt_count() < before
     assert view.message_widgets()[0].markdown() == messages[0].text
-    # Rows far below the view are let go.
+    # Rows far below the view are released.
     qtbot.waitUntil(lambda: len(view.message_widgets()) < len(messages) / 2)
     # Scrolling back down builds them again.
     def at_bottom() -> bool:
@@ -442,10 +442,10 @@ def test_older_messages_appear_without_moving_the_view(view: TranscriptView,
     view.set_messages(messages)
     bar = scroll_bar(view)
     qtbot.waitUntil(lambda: bar.maximum() > 0 and bar.value() == bar.maximum())
-    # A focused message far below must not pull the view back when it is let go.
+    # A focused message far below must not pull the view back when it is released.
     view.activateWindow()
     last(view).copy_button.setFocus()
-    newest_let_go = False
+    newest_released = False
     while view.unbuilt_count() > 0:  # how many appear per step depends on the machine
         bar.setValue(bar.minimum() + 40)
         top_row = first_visible(view)
@@ -453,5 +453,5 @@ def test_older_messages_appear_without_moving_the_view(view: TranscriptView,
         qtbot.waitUntil(lambda b=before_built: view.unbuilt_count() < b)
         qtbot.wait(20)
         assert top_row.mapTo(view, QPoint(0, 0)).y() == before_y
-        newest_let_go = last(view).markdown() != messages[-1].text
-    assert newest_let_go, "rows far below were let go meanwhile"
+        newest_released = last(view).markdown() != messages[-1].text
+    assert newest_released, "rows far below were released meanwhile"

@@ -14,9 +14,9 @@ from PySide6.QtWidgets import QAbstractButton, QLineEdit, QWidget
 
 from app.core import paths, settings
 from app.core.store import Store
-from app.ui import messages
-from app.ui.messages import Level
+from app.ui import notices as notice_bar
 from app.ui.model_picker import DETAILS_ROLE, ModelPicker
+from app.ui.notices import Level
 from app.ui.window import MainWindow
 from tests.gguf_files import copy_with_metadata
 from tests.ui.conftest import (
@@ -513,7 +513,7 @@ def test_unexpected_errors_reach_the_message_bar(open_window: WindowFactory,
     try:
         raise RuntimeError("a slot failed")
     except RuntimeError as err:
-        messages.excepthook(type(err), err, err.__traceback__)
+        notice_bar.excepthook(type(err), err, err.__traceback__)
     notice = notices.last(Level.ERROR)
     assert "a slot failed" in notice.text and "Traceback" not in notice.text
     assert window.message_bar.notice == notice

@@ -2,7 +2,7 @@
 
 Any code, on any thread, calls :func:`info`, :func:`warning` or :func:`error`; the
 notice travels through :data:`bridge` (a queued signal when sent from another thread)
-to every :class:`MessageBar`. Unexpected exceptions take the same path through
+to every :class:`NoticeBar`. Unexpected exceptions take the same path through
 :func:`report_exception`: the traceback goes to the log, a short sentence to the bar.
 Tests connect to ``bridge.shown`` to see exactly what a user would have read.
 """
@@ -103,7 +103,7 @@ def install_exception_handlers(loop: asyncio.AbstractEventLoop) -> None:
     loop.set_exception_handler(asyncio_exception_handler)
 
 
-class MessageBar(QFrame):
+class NoticeBar(QFrame):
     """Shows the latest notice; info notices hide by themselves."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
