@@ -66,8 +66,8 @@ class NativeCheck:
         crashed = self.returncode is None or self.returncode < 0 or self.returncode >= 0xC0000000
         what = "crashed" if crashed else "failed"
         tail = self.output.strip().splitlines()[-3:]
-        return (f"llama.cpp {what} on this CPU ({self.ending}) while decoding a batch of "
-                f"{self.model.name}. CPU: {cpu_summary()}."
+        return (f"llama.cpp {what} on this CPU ({self.ending}) while loading "
+                f"{self.model.name} and decoding a batch. CPU: {cpu_summary()}."
                 + (f" Last output: {' | '.join(tail)}" if tail else ""))
 
 

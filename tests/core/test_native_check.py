@@ -53,8 +53,8 @@ def test_a_crash_in_native_code_is_named_with_the_cpu() -> None:
     result = native_check.check(Path("some-model.gguf"), command=crash)
     assert not result.ok and result.ending == "SIGSEGV"
     message = result.message()
-    assert message.startswith("llama.cpp crashed on this CPU (SIGSEGV) while decoding a "
-                              "batch of some-model.gguf.")
+    assert message.startswith("llama.cpp crashed on this CPU (SIGSEGV) while loading "
+                              "some-model.gguf and decoding a batch.")
     assert native_check.cpu_summary() in message and "flags:" in message
 
 
