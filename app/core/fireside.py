@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import settings
+from app.core import cpu_backends, settings
 from app.core.backend import (
     Backend,
     EngineError,
@@ -126,11 +126,10 @@ class Fireside:
         except StoreError as err:
             store, store_error = Store(":memory:"), str(err)
         if engine is None:
-            from app.core import cpu_backends  # noqa: PLC0415 - after llama.cpp chose its CPU code
             from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
 
             engine = Engine()
-            notices.append(cpu_backends.notice() or "")
+        notices.append(cpu_backends.notice() or "")  # once llama.cpp has chosen its CPU code
         core = cls(engine, store, prefs, models_dirs=models_dirs, save_settings=save_settings,
                    notices=notices, store_error=store_error)
         core.library.rescan()

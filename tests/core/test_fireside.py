@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import paths
+from app.core import cpu_backends, paths
 from app.core.backend import LoadCancelled
 from app.core.chat import ChatTurn
 from app.core.fireside import EXIT_CLOSE_S, EXIT_SAVE_S, Fireside, Rewound, SessionSettings
@@ -198,5 +198,16 @@ def test_the_face_in_the_readme_runs(tmp_path: Path) -> None:
     core = Fireside.open(engine=ScriptedEngine())
     try:
         assert len(core.conversations()) == 2  # /new started a second one
+    finally:
+        core.close()
+
+
+def test_a_cpu_level_passed_over_is_told_at_the_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    passed_over = [{"variant": "sapphirerapids", "ending": "SIGSEGV"}]
+    monkeypatch.setattr(cpu_backends, "_checked_now", cpu_backends.Choice("zen4", passed_over))
+    core = Fireside.open(engine=ScriptedEngine())
+    try:
+        assert any("sapphirerapids (SIGSEGV)" in notice and "zen4" in notice
+                   for notice in core.notices), core.notices
     finally:
         core.close()
