@@ -1,22 +1,26 @@
-"""What the chat service needs from whatever produces replies: the ``Backend`` interface.
+"""What the chat service needs from whatever produces replies: the ``Backend`` interface,
+and ``OneThreadBackend``, the thread and queue that make one.
 
-The local engine (:mod:`app.core.engine`, the one inference thread over llama.cpp) is
-one; the tests' scripted engine is another. Everything here is plain Python, so code
-that only drives a backend never loads llama.cpp.
+The local engine (:mod:`app.core.engine`, llama.cpp on that one thread) is one; the
+tests' scripted engine is another, on the same thread and queue. Everything here is
+plain Python, so code that only drives a backend never loads llama.cpp.
 """
 
 from __future__ import annotations
 
+import queue
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol, TypeVar
 
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import Reply
 from app.core.templates import ChatTemplate, Segment
+
+T = TypeVar("T")
 
 
 class EngineError(Exception):
@@ -68,22 +72,53 @@ class PromptPlan:
     dropped_turns: int = 0
 
 
-class Session(Protocol):
-    """What a prompt builder may use while its reply is set up: template, size, tokenizer."""
+class Session:
+    """What a prompt builder may use while its reply is set up: template, size, tokenizer.
+    A backend gives its own tokenizer (``encode``)."""
+
+    def __init__(self, model: LoadedModel) -> None:
+        self.model = model
 
     @property
-    def template(self) -> ChatTemplate: ...
+    def template(self) -> ChatTemplate:
+        return self.model.template
 
     @property
-    def n_ctx(self) -> int: ...
+    def n_ctx(self) -> int:
+        return self.model.n_ctx
 
     def encode(self, segments: Sequence[Segment]) -> list[int]:
         """Template text with special tokens parsed; message text always as plain text."""
-        ...
+        raise NotImplementedError
 
 
 PromptBuilder = Callable[[Session], PromptPlan]
 PieceCallback = Callable[[str], None]
+
+
+def plan_prompt(build: PromptBuilder, session: Session) -> PromptPlan:
+    """The prompt ``build`` makes for ``session``; PromptTooLong if it is empty or fills
+    the context."""
+    plan = build(session)
+    if not plan.tokens:
+        raise PromptTooLong("There is nothing to send.")
+    if len(plan.tokens) >= session.n_ctx:
+        raise PromptTooLong(
+            f"The message is too long for this model's context ({len(plan.tokens):,} "
+            f"tokens, the context holds {session.n_ctx:,}). Shorten it or raise the context "
+            "size.")
+    return plan
+
+
+def reusable_prefix(held: Iterable[int], tokens: Sequence[int]) -> int:
+    """How many prompt tokens a sequence holding ``held`` already has: what evaluating
+    ``tokens`` reuses. The last one is always evaluated again, for its logits."""
+    n = 0
+    for a, b in zip(held, tokens, strict=False):
+        if a != b:
+            break
+        n += 1
+    return min(n, len(tokens) - 1)
 
 
 @dataclass(eq=False)
@@ -130,3 +165,148 @@ class Backend(Protocol):
     def close(self, timeout: float = 2.0) -> bool:
         """Stop everything and release the model; True if that finished in time."""
         ...
+
+
+@dataclass
+class _Job:
+    run: Callable[[], Any]
+    future: Future[Any]
+
+
+class OneThreadBackend:
+    """What makes a Backend one: a thread of its own runs every operation on the model
+    (load, clear, generate, close), one at a time, in the order submitted, and nothing
+    is fire-and-forget. Callers get futures. Stopping a reply and cancelling a load are
+    flags, not queued jobs, because the queue is busy while a reply streams.
+
+    A subclass says what the operations do: ``_switch``, ``_clear``, ``_generate`` and
+    ``_unload`` (called on that thread, the last one when it ends).
+    """
+
+    def __init__(self, thread_name: str) -> None:
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._loaded: LoadedModel | None = None
+        self._load_cancels: set[threading.Event] = set()  # one per queued or running load
+        self._replies: set[ReplyHandle] = set()
+        self._closing = threading.Event()
+        self._lock = threading.Lock()
+        self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
+        self._thread.start()
+
+    # -- any thread ----------------------------------------------------------------
+
+    @property
+    def loaded(self) -> LoadedModel | None:
+        return self._loaded
+
+    def load(self, path: Path | str, options: LoadOptions | None = None,
+             on_progress: Callable[[float], None] | None = None) -> Future[LoadedModel]:
+        """Check ``path``, then replace the current model with it.
+
+        A file that fails the check is refused and the current model stays. If the load
+        itself fails or is cancelled, the previous model is loaded again.
+        """
+        cancel = threading.Event()
+        with self._lock:
+            self._load_cancels.add(cancel)
+
+        def run() -> LoadedModel:
+            try:
+                return self._switch(Path(path), options or LoadOptions(), on_progress, cancel)
+            finally:
+                with self._lock:
+                    self._load_cancels.discard(cancel)
+
+        return self._submit(run)
+
+    def cancel_load(self) -> None:
+        """Cancel the running load and any queued ones; the previous model comes back."""
+        with self._lock:
+            for cancel in self._load_cancels:
+                cancel.set()
+
+    def clear(self) -> Future[None]:
+        """Start a new chat: forget the sequence's history; the model and context stay."""
+        return self._submit(self._clear)
+
+    def generate(self, build: PromptBuilder, sampling: Sampling,
+                 on_piece: PieceCallback | None = None) -> ReplyHandle:
+        """Stream a reply. ``on_piece`` is called on the backend's thread for each piece."""
+        handle = ReplyHandle()
+        with self._lock:
+            self._replies.add(handle)
+
+        def run() -> Reply:
+            try:
+                return self._generate(handle, build, sampling, on_piece)
+            finally:
+                with self._lock:
+                    self._replies.discard(handle)
+
+        self._submit(run, handle.future)
+        return handle
+
+    def stop(self) -> None:
+        """Stop the running reply and any queued ones; their text so far is kept."""
+        with self._lock:
+            for handle in self._replies:
+                handle.stop()
+
+    def close(self, timeout: float = 2.0) -> bool:
+        """Stop everything, close the model on its own thread. True if it finished."""
+        if not self._closing.is_set():
+            self._closing.set()
+            self.stop()
+            self.cancel_load()
+            self._jobs.put(None)
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    # -- the backend's thread -------------------------------------------------------
+
+    def _submit(self, run: Callable[[], T], future: Future[T] | None = None) -> Future[T]:
+        future = future if future is not None else Future()
+        if self._closing.is_set():
+            future.set_exception(EngineClosed())
+        else:
+            self._jobs.put(_Job(run, future))
+        return future
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                break
+            if not job.future.set_running_or_notify_cancel():
+                continue
+            if self._closing.is_set():
+                job.future.set_exception(EngineClosed())
+                continue
+            try:
+                job.future.set_result(job.run())
+            except BaseException as exc:  # delivered to the caller, never lost
+                job.future.set_exception(exc)
+        self._unload()
+        # Jobs that raced with close() must not wait forever.
+        while True:
+            try:
+                job = self._jobs.get_nowait()
+            except queue.Empty:
+                break
+            if job is not None and job.future.set_running_or_notify_cancel():
+                job.future.set_exception(EngineClosed())
+
+    def _switch(self, path: Path, options: LoadOptions,
+                on_progress: Callable[[float], None] | None,
+                cancel: threading.Event) -> LoadedModel:
+        raise NotImplementedError
+
+    def _clear(self) -> None:
+        raise NotImplementedError
+
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
+                  on_piece: PieceCallback | None) -> Reply:
+        raise NotImplementedError
+
+    def _unload(self) -> None:
+        raise NotImplementedError

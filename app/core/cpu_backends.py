@@ -190,11 +190,11 @@ def _register(ggml: ctypes.CDLL, lib_dir: Path, model: Path | None) -> bool:
         return _load(ggml, Path(forced))
     if model is None or not model.is_file():
         return False
-    choice = choose(ranked(lib_dir), model)
+    variants = ranked(lib_dir)
+    choice = choose(variants, model)
     if choice is None:
         return False
-    path = next(p for p in variant_files(lib_dir) if Variant(p, 0).name == choice.variant)
-    return _load(ggml, path)
+    return _load(ggml, next(v.path for v in variants if v.name == choice.variant))
 
 
 def _load(ggml: ctypes.CDLL, path: Path) -> bool:

@@ -6,7 +6,8 @@ touches the ``Llama`` object. Nothing frees or replaces the model while work for
 still queued, and nothing is fire-and-forget. Callers get ``concurrent.futures``
 futures: a blocking caller waits on ``.result()``, an asyncio caller on
 ``asyncio.wrap_future``. Stopping a reply is a flag, not a queued job, because the
-queue is busy while a reply streams.
+queue is busy while a reply streams. The thread and its queue are
+``backend.OneThreadBackend``; this module says what each operation does with llama.cpp.
 """
 
 from __future__ import annotations
@@ -14,13 +15,11 @@ from __future__ import annotations
 import gc
 import logging
 import os
-import queue
 import random
 import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,12 +36,15 @@ from app.core.backend import (
     ModelLoadError,
     NoModelLoaded,
     NotEnoughMemory,
+    OneThreadBackend,
     PieceCallback,
     PromptBuilder,
     PromptPlan,
     PromptTooLong,
     ReplyHandle,
     Session,
+    plan_prompt,
+    reusable_prefix,
 )
 from app.core.detok import PieceDecoder
 from app.core.options import LoadOptions, Sampling, default_context
@@ -62,20 +64,12 @@ def default_threads() -> int:
     return max(1, psutil.cpu_count(logical=False) or os.cpu_count() or 1)
 
 
-class LlamaSession:
+class LlamaSession(Session):
     """The Session a prompt builder gets on the inference thread: llama.cpp's tokenizer."""
 
     def __init__(self, llm: llama_cpp.Llama, model: LoadedModel) -> None:
+        super().__init__(model)
         self._llm = llm
-        self.model = model
-
-    @property
-    def template(self) -> ChatTemplate:
-        return self.model.template
-
-    @property
-    def n_ctx(self) -> int:
-        return self.model.n_ctx
 
     def encode(self, segments: Sequence[Segment]) -> list[int]:
         """Template text with special tokens parsed; message text always as plain text."""
@@ -87,66 +81,16 @@ class LlamaSession:
         return tokens
 
 
-@dataclass
-class _Job:
-    run: Callable[[], Any]
-    future: Future[Any]
-
-
-class Engine:
+class Engine(OneThreadBackend):
     def __init__(self) -> None:
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._llm: llama_cpp.Llama | None = None  # inference thread only
-        self._loaded: LoadedModel | None = None
         self._known_architectures: set[str] = set()
         self._footprints: dict[Path, int] = {}  # estimated memory of models checked
-        self._load_cancels: set[threading.Event] = set()  # one per queued or running load
-        self._closing = threading.Event()
-        self._lock = threading.Lock()
-        self._replies: set[ReplyHandle] = set()
         self._active: ReplyHandle | None = None
         # Checked by llama.cpp between graph nodes while a prompt is processed, so a
         # stop does not wait for a whole batch. The object must outlive the context.
         self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
-        self._thread = threading.Thread(target=self._serve, name="fireside-inference",
-                                        daemon=True)
-        self._thread.start()
-
-    # -- public API (any thread) -------------------------------------------------
-
-    @property
-    def loaded(self) -> LoadedModel | None:
-        return self._loaded
-
-    def load(self, path: Path | str, options: LoadOptions | None = None,
-             on_progress: Callable[[float], None] | None = None) -> Future[LoadedModel]:
-        """Check ``path``, then replace the current model with it.
-
-        A file that fails the check is refused and the current model stays. If the load
-        itself fails or is cancelled, the previous model is loaded again.
-        """
-        cancel = threading.Event()
-        with self._lock:
-            self._load_cancels.add(cancel)
-
-        def run() -> LoadedModel:
-            try:
-                return self._switch(Path(path), options or LoadOptions(), on_progress, cancel)
-            finally:
-                with self._lock:
-                    self._load_cancels.discard(cancel)
-
-        return self._submit(run)
-
-    def cancel_load(self) -> None:
-        """Cancel the running load and any queued ones; the previous model comes back."""
-        with self._lock:
-            for cancel in self._load_cancels:
-                cancel.set()
-
-    def clear(self) -> Future[None]:
-        """Start a new chat: forget the sequence's history; the model and context stay."""
-        return self._submit(self._clear)
+        super().__init__("fireside-inference")
 
     def tokenize(self, text: str, special: bool = False) -> Future[list[int]]:
         def run() -> list[int]:
@@ -154,72 +98,7 @@ class Engine:
                                                 add_bos=False, special=special)
         return self._submit(run)
 
-    def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None) -> ReplyHandle:
-        """Stream a reply. ``on_piece`` is called on the inference thread for each piece."""
-        handle = ReplyHandle()
-        with self._lock:
-            self._replies.add(handle)
-
-        def run() -> Reply:
-            try:
-                return self._generate(handle, build, sampling, on_piece)
-            finally:
-                with self._lock:
-                    self._replies.discard(handle)
-
-        self._submit(run, handle.future)
-        return handle
-
-    def stop(self) -> None:
-        """Stop the running reply and any queued ones; their text so far is kept."""
-        with self._lock:
-            for handle in self._replies:
-                handle.stop()
-
-    def close(self, timeout: float = 2.0) -> bool:
-        """Stop everything, close the model on its own thread. True if it finished."""
-        if not self._closing.is_set():
-            self._closing.set()
-            self.stop()
-            self.cancel_load()
-            self._jobs.put(None)
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
-
     # -- inference thread ----------------------------------------------------------
-
-    def _submit(self, run: Callable[[], T], future: Future[T] | None = None) -> Future[T]:
-        future = future if future is not None else Future()
-        if self._closing.is_set():
-            future.set_exception(EngineClosed())
-        else:
-            self._jobs.put(_Job(run, future))
-        return future
-
-    def _serve(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                break
-            if not job.future.set_running_or_notify_cancel():
-                continue
-            if self._closing.is_set():
-                job.future.set_exception(EngineClosed())
-                continue
-            try:
-                job.future.set_result(job.run())
-            except BaseException as exc:  # delivered to the caller, never lost
-                job.future.set_exception(exc)
-        self._unload()
-        # Jobs that raced with close() must not wait forever.
-        while True:
-            try:
-                job = self._jobs.get_nowait()
-            except queue.Empty:
-                break
-            if job is not None and job.future.set_running_or_notify_cancel():
-                job.future.set_exception(EngineClosed())
 
     def _require_llm(self) -> llama_cpp.Llama:
         if self._llm is None:
@@ -366,15 +245,9 @@ class Engine:
         llm = self._require_llm()
         model = self._loaded
         assert model is not None
-        plan = build(LlamaSession(llm, model))
+        plan = plan_prompt(build, LlamaSession(llm, model))
         tokens = plan.tokens
-        if not tokens:
-            raise PromptTooLong("There is nothing to send.")
-        if len(tokens) >= model.n_ctx:
-            raise PromptTooLong(
-                f"The message is too long for this model's context ({len(tokens):,} tokens, "
-                f"the context holds {model.n_ctx:,}). Shorten it or raise the context size.")
-        cached = _reusable_prefix(llm, tokens)
+        cached = reusable_prefix(llm._input_ids, tokens)  # what generate() will reuse
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         decoder = PieceDecoder(vocab)
@@ -450,18 +323,6 @@ class _Stopped(Exception):
 def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:
     llama_cpp.llama_set_abort_callback(llm.ctx, callback or llama_cpp.ggml_abort_callback(),
                                        None)
-
-
-def _reusable_prefix(llm: llama_cpp.Llama, tokens: Sequence[int]) -> int:
-    """How many prompt tokens the sequence already holds (what generate() will reuse)."""
-    cached = llm._input_ids
-    n = 0
-    for a, b in zip(cached, tokens, strict=False):
-        if a != b:
-            break
-        n += 1
-    # generate() re-evaluates one token when the whole prompt is cached.
-    return min(n, len(tokens) - 1)
 
 
 def _llama_reason() -> str:

@@ -5,13 +5,12 @@ there), so a conversation of 5,000 messages opens as fast as one of 10. A stream
 reply's text comes through one buffer (``PieceStream``, filled by the inference
 thread): the first text after a pause is written at once, what follows at most once
 a frame (``FRAME_MS``), by ``LiveReply``, whose cost per piece does not grow with the
-reply. While the view is
-at the bottom it follows the reply; once the user scrolls up it stays put.
+reply. While the view is at the bottom it follows the reply; once the user scrolls up
+it stays put.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
@@ -23,8 +22,6 @@ from app.core.store import Message
 from app.ui.bridge import PieceStream
 from app.ui.message_column import Entry, MessageColumn
 from app.ui.message_widget import MessageWidget, mix, theme_for
-
-logger = logging.getLogger(__name__)
 
 FRAME_MS = 33  # streamed text is written at most this often (about 30 frames/s)
 EMPTY_TEXT = "Send a message to start the conversation."
