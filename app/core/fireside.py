@@ -69,6 +69,8 @@ class SessionSettings:
     n_threads: int | None = None
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
+    # Reopen the open conversation at the next start (the window's session does).
+    remember_open: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +80,7 @@ class Rewound:
 
     turn: ChatTurn
     before: list[Message]
+    conversation_id: int | None  # as ``Fireside.conversation_id`` says it
 
 
 class Fireside:
@@ -143,14 +146,15 @@ class Fireside:
 
     @property
     def conversation_id(self) -> int | None:
-        return self.chat.conversation_id
-
-    @property
-    def saved_conversation_id(self) -> int | None:
-        """The open conversation's id once the disk has taken it; None before (a full disk
-        holds it in memory under a stand-in id) and in a new chat."""
+        """The open conversation's id once the disk has taken it; None in a new chat, and
+        while a full disk holds the conversation in memory (under an id of its own)."""
         conversation_id = self.chat.conversation_id
         return conversation_id if conversation_id is not None and conversation_id > 0 else None
+
+    @property
+    def loading(self) -> bool:
+        """A load is under way or queued."""
+        return bool(self._loads)
 
     @property
     def replying(self) -> bool:
@@ -163,6 +167,19 @@ class Fireside:
     def conversation(self) -> Conversation | None:
         """The open conversation, if it is saved."""
         return self.chat.conversation()
+
+    def startup_model(self) -> Path | None:
+        """The model to load at the start: the user's default, else the best one found."""
+        wanted = self.settings.default_model
+        if wanted and Path(wanted).is_file():
+            path = Path(wanted)
+        else:
+            try:
+                path = self.library.choose(None)
+            except LookupError:
+                return None
+        self.library.add(path)  # listed even if no folder holds it
+        return path
 
     def last_user_text(self) -> str | None:
         users = [m for m in self.history() if m.role == "user"]
@@ -241,17 +258,18 @@ class Fireside:
                   preempt: bool = False) -> Future[Rewound | ChatTurn]:
         """Replace the last user message of ``conversation_id`` (and its reply) with
         ``text``; if another conversation is open by the time it runs, send ``text``
-        there as a new message instead (a ChatTurn then)."""
+        there as a new message instead (a ChatTurn then). ``conversation_id`` is the
+        one ``conversation_id`` said when the edit began."""
 
         def run() -> Rewound | ChatTurn:
-            if conversation_id is None or self.chat.conversation_id != conversation_id:
+            if self.conversation_id != conversation_id or self.last_user_text() is None:
                 return self._start(self.chat.send(text, self.sampling(),
                                                   self.system_prompt(), on_piece))
             history = self.chat.history()
             users = [i for i, m in enumerate(history) if m.role == "user"]
             before = history[:users[-1]] if users else history
             turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(), on_piece)
-            return Rewound(self._start(turn), before)
+            return Rewound(self._start(turn), before, self.conversation_id)
 
         return self._queue(run, preempt)
 
@@ -266,7 +284,7 @@ class Fireside:
             while history and history[-1].role == "assistant":
                 history = history[:-1]
             turn = self.chat.regenerate(self.sampling(), self.system_prompt(), on_piece)
-            return Rewound(self._start(turn), history)
+            return Rewound(self._start(turn), history, self.conversation_id)
 
         return self._queue(run, preempt)
 
@@ -344,7 +362,11 @@ class Fireside:
             if not future.set_running_or_notify_cancel():
                 return
             try:
-                future.set_result(action())
+                try:
+                    value = action()
+                finally:
+                    self._remember_open()  # before the face hears of it
+                future.set_result(value)
             except BaseException as exc:  # delivered to the face, never lost
                 future.set_exception(exc)
             reply = self._reply
@@ -358,6 +380,13 @@ class Fireside:
         except RuntimeError:  # closed: nothing more runs
             future.cancel()
         return future
+
+    def _remember_open(self) -> None:
+        if not self.session.remember_open or (self.chat.conversation_id or 0) < 0:
+            return  # not this face's wish, or held in memory until the disk takes it
+        if self.settings.open_conversation != self.conversation_id:
+            self.settings.open_conversation = self.conversation_id
+            self.save_settings()
 
     # Leaving ---------------------------------------------------------------------------
 

@@ -129,7 +129,7 @@ async def ready(window: MainWindow) -> ChatController:
     while window.controller is None:
         await asyncio.sleep(0.05)
     controller = window.controller
-    while controller.model is None or controller.loading:
+    while controller.core.model is None or window.chat.models.loading:
         await asyncio.sleep(0.05)
     return controller
 

@@ -60,7 +60,7 @@ def main() -> int:
     asyncio.set_event_loop(loop)
     window = application.open_window(app, [folder])
     window.start()
-    wait_until(lambda: window.controller is not None and window.controller.model is not None
+    wait_until(lambda: window.controller is not None and window.controller.core.model is not None
                and not window.controller.busy, "the first model")
     problems = Problems()
     uninstall = problems.install(loop)

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from app.core import cpu_backends, paths
+from app.core import cpu_backends, paths, settings
 from app.core.backend import LoadCancelled
 from app.core.chat import ChatTurn
 from app.core.fireside import EXIT_CLOSE_S, EXIT_SAVE_S, Fireside, Rewound, SessionSettings
+from tests.core.helpers import fill_disk, small_disk
 from tests.scripted_engine import ScriptedEngine
 
 TIMEOUT = 30
@@ -170,6 +171,53 @@ def test_deleting_the_open_conversation_starts_a_new_chat_and_can_be_undone(
     core.undelete_conversation(conversation_id)
     assert [c.id for c in core.conversations()] == [conversation_id]
     assert core.open_conversation(conversation_id + 1000).result(TIMEOUT) is None
+
+
+def test_the_window_reopens_the_conversation_it_left_and_the_terminal_moves_nothing(
+        core: Fireside) -> None:
+    reply_text(core.send("From a terminal.").result(TIMEOUT))
+    assert settings.load().settings.open_conversation is None  # not the window's to reopen
+    core.session = SessionSettings(remember_open=True)  # the window's session
+    reply_text(core.send("From the window.").result(TIMEOUT))
+    assert settings.load().settings.open_conversation == core.conversation_id is not None
+    core.new_chat().result(TIMEOUT)
+    assert settings.load().settings.open_conversation is None
+
+
+def test_a_conversation_the_disk_refused_has_no_id_until_it_is_saved(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, smollm2_path: Path) -> None:
+    with small_disk(tmp_path / "small") as folder:
+        monkeypatch.setenv("FIRESIDE_DATA_DIR", str(folder))
+        core = Fireside.open(engine=ScriptedEngine())
+        try:
+            core.session = SessionSettings(remember_open=True)
+            core.load(smollm2_path).result(TIMEOUT)
+            filler = fill_disk(folder)
+            reply_text(core.send("Held in memory.").result(TIMEOUT))
+            assert core.conversation_id is None and core.conversation() is None
+            assert [m.text for m in core.history()][:1] == ["Held in memory."]
+            rewound = core.regenerate().result(TIMEOUT)
+            assert rewound is not None and rewound.conversation_id is None
+            reply_text(rewound.turn)
+            filler.unlink()
+            reply_text(core.send("Room again.").result(TIMEOUT))
+            saved = core.conversation_id
+            assert saved is not None and saved > 0
+            assert [m.text for m in core.store.messages(saved)][::2] == \
+                ["Held in memory.", "Room again."]
+            assert core.settings.open_conversation == saved
+        finally:
+            core.close()
+
+
+def test_the_start_model_is_the_users_default_else_the_best_one_found(
+        core: Fireside, gemma_path: Path, smollm2_path: Path) -> None:
+    best = core.startup_model()
+    assert best is not None and best == core.library.choose(None)
+    core.settings.default_model = str(gemma_path)
+    assert core.startup_model() == gemma_path
+    core.settings.default_model = str(gemma_path.with_name("gone.gguf"))
+    assert core.startup_model() == best
 
 
 def test_the_library_finds_the_bundled_models(core: Fireside, smollm2_path: Path) -> None:

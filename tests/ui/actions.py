@@ -252,7 +252,7 @@ class WindowUser:
         self._check_conversation()
 
     def _check_model(self) -> None:
-        model = self.controller.model
+        model = self.controller.core.model
         picker = self.window.picker
         shown = picker.current_path()
         assert shown == (model.path if model else None), f"picker shows {shown}, loaded {model}"

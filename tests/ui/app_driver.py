@@ -34,8 +34,8 @@ def play_user(prompt: str) -> QTimer:
         window = next((w for w in QApplication.topLevelWidgets()
                        if isinstance(w, MainWindow)), None)
         controller = window.controller if window is not None else None
-        if window is None or controller is None or controller.model is None \
-                or controller.loading:
+        if window is None or controller is None or controller.core.model is None \
+                or window.chat.models.loading:
             return
         timer.stop()
         QTest.keyClicks(window.composer, prompt)
@@ -56,7 +56,7 @@ def play_session(prompt: str, other_model: Path) -> QTimer:
         window = next((w for w in QApplication.topLevelWidgets()
                        if isinstance(w, MainWindow)), None)
         controller = window.controller if window is not None else None
-        if window is None or controller is None or controller.model is None \
+        if window is None or controller is None or controller.core.model is None \
                 or controller.busy:
             return  # still starting, loading or replying
         step = steps.pop(0)

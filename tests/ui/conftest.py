@@ -126,8 +126,8 @@ def open_window(qtbot: Any, qasync_loop: asyncio.AbstractEventLoop,
 def wait_for_model_loaded(qtbot: Any, window: MainWindow) -> None:
     def loaded() -> bool:
         controller = window.controller
-        return controller is not None and controller.model is not None \
-            and not controller.loading
+        return controller is not None and controller.core.model is not None \
+            and not window.chat.models.loading
     qtbot.waitUntil(loaded, timeout=LOAD_TIMEOUT_MS)
 
 
@@ -140,7 +140,7 @@ def close_window(qtbot: Any, window: MainWindow) -> None:
     if window.controller is not None:
         # A busy machine may need longer than the window's bound: the next test must
         # not share the CPU with this window's inference thread.
-        assert window.controller.engine.close(timeout=60)
+        assert window.controller.core.engine.close(timeout=60)
     # Qt objects must be destroyed on the GUI thread, never by a garbage collection
     # that happens to run on another thread later.
     window.deleteLater()

@@ -35,7 +35,7 @@ def test_models_added_and_removed_in_other_apps_come_and_go(
                     timeout=LIVE_MS)  # the same file as a bundled one: listed once
     lmstudio.unlink()
     manifest = ollama_model(home / ".ollama/models", "qwen-like:0.1b",
-                            window.controller.model.path)
+                            window.controller.core.model.path)
     # The bundled file has an Ollama name now: listed once, under that name.
     qtbot.waitUntil(lambda: listed(window.picker).get("qwen-like:0.1b") == "Bundled"
                     and "SmolLM2-135M-Instruct" not in listed(window.picker), timeout=LIVE_MS)
@@ -53,8 +53,8 @@ def test_a_model_only_another_app_has_is_listed_from_there_and_can_go_while_load
     before = tree(blob_store)
     window = open_window()
     assert listed(window.picker) == {"smollm2:135m": "Ollama"}
-    assert window.controller.model is not None  # the only model: loaded from Ollama's store
-    loaded = window.controller.model.path
+    assert window.controller.core.model is not None  # the only model: loaded from Ollama's store
+    loaded = window.controller.core.model.path
     assert loaded.parent == blob_store / "blobs"
 
     link(smollm2_path, home / "jan/models/smol/model.gguf")  # the same file, once more
@@ -100,7 +100,7 @@ def test_a_models_own_settings_apply_when_it_loads(
     prefs.set_model_value(smollm2_path, "system_prompt", "You are terse.")
     settings.save(prefs)
     window = open_window()
-    assert window.controller.model.n_ctx == 1024
+    assert window.controller.core.model.n_ctx == 1024
     window.show_settings()
     dialog = window.findChild(QWidget, "settingsDialog")
     assert dialog.findChild(QWidget, "model_context_sizeBox").value() == 1024
@@ -115,5 +115,5 @@ def test_a_models_own_settings_apply_when_it_loads(
     assert dialog.findChild(QWidget, "model_context_sizeBox").value() == 2048
     assert "uses your defaults" in dialog.model_title.text()
     dialog.findChild(QWidget, "reloadThisModelButton").click()
-    qtbot.waitUntil(lambda: window.controller.model is not None
-                    and window.controller.model.n_ctx == 2048, timeout=LOAD_TIMEOUT_MS)
+    qtbot.waitUntil(lambda: window.controller.core.model is not None
+                    and window.controller.core.model.n_ctx == 2048, timeout=LOAD_TIMEOUT_MS)

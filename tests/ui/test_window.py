@@ -57,8 +57,8 @@ def test_first_run_loads_the_bundled_model_and_a_reply_streams_in(
     greedy_settings(max_tokens=200)
     window = open_window()
     controller = window.controller
-    assert controller is not None and controller.model is not None
-    assert controller.model.path == smollm2_path
+    assert controller is not None and controller.core.model is not None
+    assert controller.core.model.path == smollm2_path
     assert window.picker.current_path() == smollm2_path
     assert window.windowTitle().startswith("Fireside")
 
@@ -107,18 +107,18 @@ def test_new_chat_empties_the_transcript_and_keeps_the_model(
     window = open_window()
     controller = window.controller
     assert controller is not None
-    model = controller.model
+    model = controller.core.model
     send(qtbot, window, "Hello!")
     first = controller.conversation_id
     loads: list[object] = []
-    controller.model_load_started.connect(lambda *args: loads.append(args))
+    window.chat.models.load_started.connect(lambda *args: loads.append(args))
 
     with qtbot.waitSignal(controller.chat_cleared):
         qtbot.keyClick(window.composer, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     assert window.transcript.message_widgets() == []
     assert controller.conversation_id is None
     send(qtbot, window, "What is the capital of France?")
-    assert controller.model is model and loads == []  # never reloaded
+    assert controller.core.model is model and loads == []  # never reloaded
     assert controller.conversation_id not in (None, first)
     assert set(window.sidebar.model.conversation_ids()) == {first, controller.conversation_id}
 
@@ -131,18 +131,18 @@ def test_switching_model_mid_conversation_continues_it(
     send(qtbot, window, "Name a colour.")
     conversation = controller.conversation_id
 
-    with qtbot.waitSignal(controller.model_load_started):
+    with qtbot.waitSignal(window.chat.models.load_started):
         choose_model(window.picker, gemma_path)
     top_bar = window.top_bar
     assert top_bar.load_progress.isVisible() and top_bar.cancel_load_button.isVisible()
     assert not window.picker.isEnabled()
     wait_for_model_loaded(qtbot, window)
-    assert controller.model is not None and controller.model.path == gemma_path
+    assert controller.core.model is not None and controller.core.model.path == gemma_path
     assert not window.top_bar.load_progress.isVisible()
     assert window.picker.current_path() == gemma_path
 
     _text, stats = send(qtbot, window, "Name another colour.")
-    assert stats.model == controller.model.name
+    assert stats.model == controller.core.model.name
     assert controller.conversation_id == conversation
     assert [m.role for m in saved_messages(conversation or -1)] == \
         ["user", "assistant", "user", "assistant"]
@@ -155,12 +155,12 @@ def test_cancelling_a_load_keeps_the_model_in_use(
     window = open_window()
     controller = window.controller
     assert controller is not None
-    with qtbot.waitSignal(controller.model_load_started):
+    with qtbot.waitSignal(window.chat.models.load_started):
         choose_model(window.picker, gemma_path)
-    with qtbot.waitSignal(controller.model_load_failed, timeout=REPLY_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.models.load_failed, timeout=REPLY_TIMEOUT_MS):
         qtbot.mouseClick(window.top_bar.cancel_load_button, Qt.MouseButton.LeftButton)
     assert "cancelled" in notices.last(Level.INFO).text
-    assert controller.model is not None and controller.model.path == smollm2_path
+    assert controller.core.model is not None and controller.core.model.path == smollm2_path
     assert window.picker.current_path() == smollm2_path
     assert not window.top_bar.load_progress.isVisible()
     text, _stats = send(qtbot, window, "Say hello.")
@@ -176,7 +176,7 @@ def test_opening_another_conversation_mid_reply_keeps_each_in_its_place(
     window.prefs.max_tokens = 2000  # as the settings dialog sets it: a long reply next
     quiet = controller.conversation_id
     quiet_before = saved_messages(quiet or -1)
-    window.new_chat()
+    window.chat.new_chat()
     qtbot.waitUntil(lambda: controller.conversation_id is None)
     type_and_send(qtbot, window, STORY)
     qtbot.waitUntil(lambda: len(last_reply_text(window)) > 20, timeout=REPLY_TIMEOUT_MS)
@@ -217,11 +217,11 @@ def test_a_model_llama_refuses_leaves_the_previous_one_working(
     window = open_window([models])
     controller = window.controller
     assert controller is not None
-    with qtbot.waitSignal(controller.model_load_failed, timeout=REPLY_TIMEOUT_MS):
+    with qtbot.waitSignal(window.chat.models.load_failed, timeout=REPLY_TIMEOUT_MS):
         choose_model(window.picker, refused)
     assert "notanarch" in notices.last(Level.ERROR).text
     assert window.message_bar.notice is not None
-    assert controller.model is not None and controller.model.path == smollm2_path
+    assert controller.core.model is not None and controller.core.model.path == smollm2_path
     assert window.picker.current_path() == smollm2_path
     assert window.picker.currentIndex() == window.picker.list_model.row_of(smollm2_path)
     text, _stats = send(qtbot, window, "Say hello.")
@@ -381,7 +381,7 @@ def test_a_restart_restores_the_conversations_and_the_open_one(
     assert controller is not None
     send(qtbot, window, "First conversation")
     first = controller.conversation_id
-    window.new_chat()
+    window.chat.new_chat()
     qtbot.waitUntil(lambda: controller.conversation_id is None)
     send(qtbot, window, "Second conversation")
     second = controller.conversation_id
@@ -412,7 +412,7 @@ def test_closing_mid_reply_saves_the_text_so_far(open_window: WindowFactory,
     window.close()
     qtbot.waitUntil(lambda: window.is_shut_down, timeout=REPLY_TIMEOUT_MS)
     assert not window.isVisible()
-    assert not controller.engine._thread.is_alive()
+    assert not controller.core.engine._thread.is_alive()
     reply = saved_messages(conversation or -1)[-1]
     assert reply.role == "assistant" and reply.complete
     assert reply.text.startswith(last_reply_text(window)[:20])

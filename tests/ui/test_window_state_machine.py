@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from app.ui import chat_controller
+from app.core import engine
 from tests.scripted_engine import ScriptedEngine
 from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until
 from tests.ui.conftest import WindowFactory, close_window, greedy_settings
@@ -54,7 +54,7 @@ def test_many_more_sequences_on_the_scripted_engine(
         open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
         models: list[Path], qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same user, on replies that take no time: the window's ordering, many times."""
-    monkeypatch.setattr(chat_controller, "Engine", lambda: ScriptedEngine(piece_delay_s=0.01))
+    monkeypatch.setattr(engine, "Engine", lambda: ScriptedEngine(piece_delay_s=0.01))
     run_user_sessions(open_window, qasync_loop, models, qtbot, SCRIPTED)
 
 
