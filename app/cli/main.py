@@ -1,4 +1,4 @@
-"""The terminal commands of ``fireside``: ``models``, ``chat`` and ``export``."""
+"""The terminal commands of ``fireside``: ``models``, ``chat``, ``export`` and ``servers``."""
 
 from __future__ import annotations
 
@@ -54,6 +54,20 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--threads", type=int)
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
 
+    servers = commands.add_parser("servers", help="model servers to chat with beside local "
+                                  "models (OpenAI-compatible: llama-server, vLLM, Ollama…)")
+    what = servers.add_subparsers(dest="action", required=True)
+    add = what.add_parser("add", help="add a server (Fireside connects to it only when asked)")
+    add.add_argument("name", help="a name for it, e.g. big-box")
+    add.add_argument("url", help="its API's address, e.g. http://192.168.1.20:8080/v1")
+    add.add_argument("--key-env", metavar="VAR",
+                     help="the environment variable that holds its key (Fireside never "
+                          "stores the key)")
+    listed = what.add_parser("list", help="the servers added and the models each serves")
+    listed.add_argument("--json", action="store_true", help="one JSON object per server")
+    remove = what.add_parser("remove", help="forget a server")
+    remove.add_argument("name")
+
     export = commands.add_parser("export", help="write conversations to stdout")
     export.add_argument("id", nargs="?", type=int, help="a conversation id (default: latest)")
     export.add_argument("--all", action="store_true", help="every conversation")
@@ -98,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
         return _models(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "servers":
+        from app.cli.servers import run_servers  # noqa: PLC0415
+
+        return run_servers(args)
     from app.cli.terminal import run_chat  # noqa: PLC0415 - loads llama only when chatting
 
     return run_chat(args)
@@ -115,6 +133,7 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
 
 def _models(args: argparse.Namespace) -> int:
     from app.core import settings  # noqa: PLC0415
+    from app.core.catalog import SERVER_PREFIX  # noqa: PLC0415
     from app.core.library import ModelLibrary  # noqa: PLC0415
 
     loaded = settings.load()
@@ -122,11 +141,23 @@ def _models(args: argparse.Namespace) -> int:
         print(f"fireside: {loaded.problem}", file=sys.stderr)
     library = ModelLibrary(loaded.settings, args.models_dir)
     library.rescan()
-    entries = library.entries
+    library.ask_servers()  # none unless the user added one
+    entries = [e for e in library.entries if not e.source.startswith(SERVER_PREFIX)]
+    listings = library.listings
+    from app.cli.servers import print_listing  # noqa: PLC0415
+
     if args.json:
         for entry in entries:
             print(json.dumps(entry.to_json(), ensure_ascii=False))
+        for listing in listings:
+            for model in listing.models:
+                print(json.dumps(model.to_json(), ensure_ascii=False))
+            if listing.problem:
+                print(json.dumps({"server": listing.server.name, "error": listing.problem},
+                                 ensure_ascii=False))
         return 0
+    for listing in listings:
+        print_listing(listing, models_only=True)
     if not entries:
         from app.core import paths  # noqa: PLC0415
 

@@ -86,6 +86,11 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         # Still answer (the user asked a question), but say that nothing is kept.
         out.error(f"{core.store_error}. This chat will not be saved.")
         status = 1
+    if core.settings.servers:  # their models can be chosen too
+        core.library.ask_servers()
+        for listing in core.library.listings:
+            if listing.problem:
+                out.notice(listing.problem)
     try:
         model_path = core.library.choose(args.model)
     except LookupError as err:
@@ -197,6 +202,9 @@ class _TerminalChat:
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
                        dropped_turns=stats.dropped_turns)
+        if stats.finish_reason == "cut":
+            self.out.error(f"{stats.problem} The reply so far is kept; /model switches to "
+                           "another model to go on.")
         if not self.out.as_json:
             if stats.stopped:
                 self.out.note("[stopped]")

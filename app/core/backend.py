@@ -70,6 +70,8 @@ class LoadedModel:
 class PromptPlan:
     tokens: list[int]
     dropped_turns: int = 0
+    # The same prompt as messages, for a server that applies its own chat template.
+    messages: tuple[dict[str, str], ...] = ()
 
 
 class Session:

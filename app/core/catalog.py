@@ -141,9 +141,13 @@ def switched_on(found: Iterable[Source], disabled: Iterable[str]) -> list[Source
     return [s for s in found if s.found and s.key not in off]
 
 
+SERVER_PREFIX = "server:"  # a server's models: "server:" + the server's name
+
+
 def source_label(source: str) -> str:
-    """Where a model came from, as the picker says it: "Fireside", "Ollama"..."""
-    return _LABELS.get(source, source)
+    """Where a model came from, as the picker says it: "Fireside", "Ollama", a server..."""
+    return source.removeprefix(SERVER_PREFIX) if source.startswith(SERVER_PREFIX) \
+        else _LABELS.get(source, source)
 
 
 def default_folders(extra: Sequence[Path] = (), cli: Sequence[Path] = ()) -> list[tuple[Path, str]]:

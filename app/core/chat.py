@@ -75,25 +75,27 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
     turns = _turns(history)
     budget = session.n_ctx - reserve
 
-    def encode(dropped: int) -> list[int]:
+    def plan(dropped: int) -> PromptPlan:
         messages = [{"role": m.role, "content": m.text}
                     for turn in turns[dropped:] for m in turn]
         segments = templates.render(session.template, messages,
                                     system_prompt=system_prompt or None)
-        return session.encode(segments)
+        system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        return PromptPlan(session.encode(segments), dropped, (*system, *messages))
 
     dropped = min(min_dropped, len(turns) - 1)
-    tokens = encode(dropped)
-    if len(tokens) <= budget:
-        return PromptPlan(tokens, dropped)
+    kept = plan(dropped)
+    if len(kept.tokens) <= budget:
+        return kept
     target = budget - session.n_ctx // 4
     while dropped < len(turns) - 1:
         dropped += 1
-        tokens = encode(dropped)
-        if len(tokens) <= target:
-            return PromptPlan(tokens, dropped)
+        kept = plan(dropped)
+        if len(kept.tokens) <= target:
+            return kept
+    tokens = kept.tokens
     if len(tokens) <= budget:
-        return PromptPlan(tokens, dropped)
+        return kept
     raise PromptTooLong(
         f"This message is too long for the model's context: it needs {len(tokens):,} tokens "
         f"and {reserve:,} more for the reply, but the context holds {session.n_ctx:,}. "

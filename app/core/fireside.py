@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import cpu_backends, settings
+from app.core import cpu_backends, servers, settings
 from app.core.backend import (
     Backend,
     EngineError,
@@ -132,6 +132,13 @@ class Fireside:
             from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
 
             engine = Engine()
+        from app.core.backends import Backends  # noqa: PLC0415
+        from app.core.remote import RemoteBackend  # noqa: PLC0415
+
+        known = prefs  # read at each load: servers added later are found too
+        engine = Backends(engine, RemoteBackend(
+            lambda name: next((s for s in servers.added(known.servers) if s.name == name),
+                              None), lambda: known.server_timeout_s))
         notices.append(cpu_backends.notice() or "")  # once llama.cpp has chosen its CPU code
         core = cls(engine, store, prefs, models_dirs=models_dirs, save_settings=save_settings,
                    notices=notices, store_error=store_error)

@@ -1,4 +1,6 @@
-"""The models Fireside can use: its folders, other apps' stores, and a watcher on both.
+"""The models Fireside can use: its folders, other apps' stores, and a watcher on both;
+then the models of the servers the user added, asked for separately (that is network
+work, and nothing waits on it).
 
 The core holds one ``ModelLibrary``; ``fireside models`` uses one on its own.
 """
@@ -6,9 +8,10 @@ The core holds one ``ModelLibrary``; ``fireside models`` uses one on its own.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from app.core import catalog, models, sources
+from app.core import catalog, models, servers, sources
 from app.core.settings import Settings
 from app.core.watch import Watcher
 
@@ -17,8 +20,10 @@ class ModelLibrary:
     def __init__(self, prefs: Settings, models_dirs: Sequence[Path] = ()) -> None:
         self._settings = prefs
         self._models_dirs = [Path(p) for p in models_dirs]
-        self.entries: list[catalog.ModelEntry] = []  # as of the last rescan()
+        self.entries: list[catalog.ModelEntry] = []  # the files, then the servers' models
         self.sources: list[sources.Source] = []  # other apps' stores, found or not
+        self.listings: list[servers.Listing] = []  # what each server said, at the last ask
+        self._files: list[catalog.ModelEntry] = []
         self._watcher: Watcher | None = None
         # What the watcher looks at, replaced whole (never mutated) when it changes.
         self._watched: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
@@ -34,10 +39,45 @@ class ModelLibrary:
         disabled = frozenset(self._settings.disabled_sources)
         self._watched = (tuple(folders), disabled)
         found = sources.discover()
-        entries = catalog.scan(folders, catalog.switched_on(found, disabled))
-        changed = (entries, found) != (self.entries, self.sources)
-        self.entries, self.sources = entries, found
+        files = catalog.scan(folders, catalog.switched_on(found, disabled))
+        changed = (files, found) != (self._files, self.sources)
+        self._files, self.sources = files, found
+        self._combine()
         return changed
+
+    def ask_servers(self) -> bool:
+        """Ask every server added for its models, all at once (network work, bounded by
+        each server's timeouts); True if what they serve changed."""
+        known = servers.added(self._settings.servers)
+        listings: list[servers.Listing] = []
+        if known:
+            with ThreadPoolExecutor(min(8, len(known))) as pool:
+                listings = list(pool.map(servers.ask_models, known))
+        changed = listings != self.listings
+        self.listings = listings
+        self._combine()
+        return changed
+
+    def _combine(self) -> None:
+        """The files, then each server's models (a server that did not answer is one
+        entry that says why); replaced whole, never changed in place."""
+        remote: list[catalog.ModelEntry] = []
+        named = {s.name for s in servers.added(self._settings.servers)}
+        for listing in self.listings:
+            if listing.server.name not in named:
+                continue  # removed since it was asked
+            source = catalog.SERVER_PREFIX + listing.server.name
+            if listing.problem:
+                path = servers.model_path(listing.server.name, "")
+                remote.append(catalog.ModelEntry(listing.server.name, path, (path,), source,
+                                                 error=f"unreachable: {listing.problem}"))
+            for model in listing.models:
+                path = servers.model_path(model.server, model.id)
+                remote.append(catalog.ModelEntry(
+                    servers.display_name(model), path, (path,), source,
+                    architecture="remote", context_length=model.context_length,
+                    has_chat_template=True))
+        self.entries = [*self._files, *remote]
 
     def choose(self, query: str | None, required: bool = False) -> Path:
         """A path or a model's name; None: the last used, else the default. LookupError
@@ -47,7 +87,8 @@ class ModelLibrary:
     def add(self, path: Path) -> None:
         """List a model file that no folder holds (one the settings name)."""
         if not any(path == e.path or path in e.shards for e in self.entries):
-            self.entries = [*self.entries, catalog.describe(path)]
+            self._files = [*self._files, catalog.describe(path)]
+            self._combine()
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call ``on_change`` (on the watcher's thread) when model files come and go."""

@@ -158,7 +158,7 @@ def _bare_name(entry: ModelEntry) -> str:
 @functools.lru_cache(maxsize=1024)
 def entry_estimate(entry: ModelEntry, n_ctx: int | None = None) -> Estimate | None:
     """The estimate for a catalog entry at `n_ctx` (default: the engine's), or None."""
-    if entry.error:
+    if entry.error or entry.architecture == "remote":  # a server's memory, not ours
         return None
     try:
         return estimate(cached_header(entry.path), n_ctx)

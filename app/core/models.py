@@ -14,6 +14,8 @@ def choose_model(query: str | None, entries: Sequence[catalog.ModelEntry], prefs
     """Resolve a path or catalog name; raises LookupError with a message for the user."""
     if query:
         entry = catalog.find(entries, query)
+        if entry is not None and entry.error and entry.source.startswith(catalog.SERVER_PREFIX):
+            raise LookupError(f"{entry.name} cannot be used: {entry.error}")
         if entry is not None:
             return entry.path
         path = Path(query).expanduser()

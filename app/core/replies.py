@@ -12,8 +12,9 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, get_args
 
 # "stop": the model ended its turn; "length": the reply length limit; "context": the
-# context filled up; "stopped": the user (or leaving) stopped it.
-FinishReason = Literal["stop", "length", "context", "stopped"]
+# context filled up; "stopped": the user (or leaving) stopped it; "cut": the server
+# stopped answering mid-reply (``problem`` says how).
+FinishReason = Literal["stop", "length", "context", "stopped", "cut"]
 _FINISHES: tuple[FinishReason, ...] = get_args(FinishReason)
 
 
@@ -27,6 +28,7 @@ class ReplyStats:
     finish_reason: FinishReason
     dropped_turns: int = 0
     model: str = ""
+    problem: str = ""  # why a reply was cut off, for the user
 
     @property
     def stopped(self) -> bool:
@@ -51,12 +53,13 @@ class ReplyStats:
         for known in _FINISHES:
             if stored == known:
                 reason = known
-        model = data.get("model")
+        model, problem = data.get("model"), data.get("problem")
         return cls(prompt_tokens=int(number("prompt_tokens")),
                    cached_tokens=int(number("cached_tokens")), tokens=int(number("tokens")),
                    ttft_s=float(number("ttft_s")), tokens_per_s=float(number("tokens_per_s")),
                    finish_reason=reason, dropped_turns=int(number("dropped_turns")),
-                   model=model if isinstance(model, str) else "")
+                   model=model if isinstance(model, str) else "",
+                   problem=problem if isinstance(problem, str) else "")
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,9 @@ def describe(stats: ReplyStats) -> list[str]:
         lines.append(f"{stats.dropped_turns} earlier {turns} left out to fit the context")
     lines += {"length": ["Stopped at the reply length limit"],
               "context": ["Stopped: the context is full"],
-              "stopped": ["Stopped"]}.get(stats.finish_reason, [])
+              "stopped": ["Stopped"],
+              "cut": [f"Cut off: {stats.problem or 'the server stopped answering'}"],
+              }.get(stats.finish_reason, [])
     if stats.model:
         lines.append(f"Model: {stats.model}")
     return lines

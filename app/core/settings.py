@@ -14,6 +14,7 @@ from typing import Any
 
 from app.core import paths
 from app.core.options import LoadOptions, Sampling
+from app.core.servers import READ_TIMEOUT_S
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +47,10 @@ class Settings:
     disabled_sources: list[str] = field(default_factory=list)  # keys of sources.KEYS
     # Per model file, by its path: {"file": name, "size": bytes, <MODEL_FIELDS it sets>}.
     model_settings: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # Model servers the user added: {"name", "url", "key_env"?} (servers.Server; no keys).
+    servers: list[dict[str, str]] = field(default_factory=list)
+    # How long a server may say nothing mid-reply before the reply counts as cut off.
+    server_timeout_s: float = READ_TIMEOUT_S
 
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""
@@ -139,6 +144,10 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
         return None if "None" in annotation else default
     if annotation.startswith("dict"):
         return _model_records(value) if isinstance(value, dict) else default
+    if annotation.startswith("list[dict"):
+        records = value if isinstance(value, list) else []
+        return [r for r in records if isinstance(r, dict) and all(
+            isinstance(k, str) and isinstance(v, str) for k, v in r.items())]
     if "list" in annotation:
         return [str(v) for v in value] if isinstance(value, list) else default
     if "float" in annotation:

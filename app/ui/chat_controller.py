@@ -230,6 +230,9 @@ class ChatController(QObject):
                 notices.error(str(err))
         else:
             self.reply_finished.emit(result.reply.text, result.reply.stats)
+            if result.reply.stats.finish_reason == "cut":
+                notices.error(f"{result.reply.stats.problem} The reply so far is kept; any "
+                              "model can go on with the conversation.")
             if not result.saved:
                 reason = (result.save_error or "The reply could not be saved").rstrip(".")
                 notices.error(f"{reason}. The reply is shown and kept in this window; it "

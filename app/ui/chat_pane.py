@@ -16,6 +16,7 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView
 
+from app.core import servers
 from app.core.backend import LoadedModel
 from app.core.catalog import ModelEntry
 from app.core.fireside import Fireside
@@ -106,6 +107,8 @@ class ChatPane(QObject):
                                                                       .entries))
         dialog.folders_changed.connect(self.models.rescan)
         dialog.reload_requested.connect(self.models.reload)
+        dialog.servers_changed.connect(self.models.ask_servers)
+        dialog.servers_page.set_listings(self.models.core.library.listings)
         dialog.set_models(self.models.core.library.entries)
         dialog.set_sources(self.models.core.library.sources)
         if self.models.model is not None:
@@ -183,6 +186,7 @@ class ChatPane(QObject):
             self.window.picker.set_current(self.models.model.path)
         if self._settings is not None:
             self._settings.set_models(entries)
+            self._settings.servers_page.set_listings(self.models.core.library.listings)
 
     def _on_sources_found(self, found: list[Source]) -> None:
         if self._settings is not None:
@@ -200,7 +204,8 @@ class ChatPane(QObject):
         w.status.set_context_size(model.n_ctx)
         w.status.set_message(f"{model.name} · {model.n_ctx:,}-token context")
         w.composer_bar.set_can_send(True)
-        w.set_empty_text(model.name)
+        served = servers.on_server(model.path)
+        w.set_empty_text(model.name, served[0] if served else None)
         if self._settings is not None:
             self._settings.set_model(model.path, model.name)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -80,6 +81,20 @@ class Tasks:
         self._running.discard(task)
         if not task.cancelled() and task.exception() is not None:
             notices.report_exception(task.exception())  # type: ignore[arg-type]
+
+
+def off_thread(work: Callable[[], T]) -> asyncio.Future[T]:
+    """``work`` on a daemon thread of its own (network work: leaving never waits for it)."""
+    future: Future[T] = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(work())
+        except BaseException as exc:  # handed to whoever awaits it
+            future.set_exception(exc)
+
+    threading.Thread(target=run, name="fireside-network", daemon=True).start()
+    return asyncio.wrap_future(future)
 
 
 async def wait(future: Future[T]) -> T:

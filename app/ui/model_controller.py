@@ -2,7 +2,9 @@
 
 The picker, the top bar and the settings dialog follow it. Loads run on the core's
 queue like every action on the model's sequence, so a load asked during a reply stops
-it first and a message sent during a load waits for the model.
+it first and a message sent during a load waits for the model. The servers the user
+added are asked for their models off the GUI thread; the picker shows the files first
+and each server's models when it answers (one that does not is asked again later).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import asyncio
 from concurrent.futures import Executor
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from app.core.backend import EngineError, LoadCancelled, LoadedModel
 from app.core.fireside import Fireside
@@ -19,6 +21,7 @@ from app.ui import event_loop, notices
 from app.ui.bridge import ProgressRelay
 from app.ui.desktop import open_models_folder
 
+ASK_AGAIN_MS = 60_000  # a server that did not answer is asked again after this
 
 class ModelController(QObject):
     catalog_changed = Signal(list)  # the models found changed: a list of ModelEntry
@@ -40,6 +43,8 @@ class ModelController(QObject):
         self._progress = ProgressRelay(self)
         self._progress.progressed.connect(self.load_progressed)
         self._library_changed.connect(self.rescan)
+        self._ask_again = QTimer(self, singleShot=True, interval=ASK_AGAIN_MS)
+        self._ask_again.timeout.connect(self.ask_servers)
 
     @property
     def model(self) -> LoadedModel | None:
@@ -55,6 +60,7 @@ class ModelController(QObject):
         path = self.core.startup_model()
         self._show_library()
         self.core.library.watch(self._library_changed.emit)
+        self.ask_servers()
         if path is None:
             notices.warning("No model found yet. Put .gguf files in the models folder.",
                             "Open models folder", open_models_folder)
@@ -79,9 +85,16 @@ class ModelController(QObject):
     def rescan(self) -> asyncio.Task[None]:
         return self._tasks.spawn(self._rescan())
 
+    def ask_servers(self) -> asyncio.Task[None] | None:
+        """Ask the servers added for their models (none: nothing is asked)."""
+        if not self.core.settings.servers and not self.core.library.listings:
+            return None
+        return self._tasks.spawn(self._ask_servers())
+
     def close(self) -> None:
         """The core is closing: what is queued here will not run."""
         self._closed = True
+        self._ask_again.stop()
         self.cancel_load()
 
     async def _load(self, path: Path) -> None:
@@ -110,6 +123,17 @@ class ModelController(QObject):
         loop = asyncio.get_running_loop()
         if await loop.run_in_executor(self._background, self.core.library.rescan):
             self._show_library()
+
+    async def _ask_servers(self) -> None:
+        library = self.core.library
+        # A thread of its own: a slow server holds up neither the disk work nor leaving.
+        changed = await event_loop.off_thread(library.ask_servers)
+        if self._closed:
+            return
+        if changed:
+            self._show_library()
+        if any(listing.problem for listing in library.listings):
+            self._ask_again.start()
 
     def _show_library(self) -> None:
         if not self._closed:

@@ -36,6 +36,9 @@ def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
     ``n_ctx`` (None: its default context) — or why the model cannot be used."""
     if entry.error:
         return f"Cannot be used: {entry.error}"
+    if entry.architecture == "remote":
+        context = f" · {entry.context_length:,}-token context" if entry.context_length else ""
+        return f"Runs on the server{context}"
     from app.core import memory  # noqa: PLC0415 - reads headers: not before the first paint
 
     parts = [d for d in (entry.size_label, entry.quantization) if d]

@@ -38,6 +38,7 @@ from PySide6.QtWidgets import (
 from app.core import sources
 from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
+from app.ui.servers_page import ServersPage
 from app.ui.theme import THEMES
 
 if TYPE_CHECKING:
@@ -132,6 +133,8 @@ class SettingsDialog(QDialog):
     """The user wants to see the models folder in the file manager."""
     about_requested = Signal()
     """The user wants to know about Fireside (version, licenses)."""
+    servers_changed = Signal()
+    """A model server was added or removed: ask the servers again."""
 
     def __init__(self, prefs: Settings, save: Callable[[], None], models_dir: Path,
                  parent: QWidget | None = None) -> None:
@@ -160,6 +163,9 @@ class SettingsDialog(QDialog):
         tabs.addTab(self._replies_tab(), "Replies")
         tabs.addTab(self._this_model_tab(), "This model")
         tabs.addTab(self._appearance_tab(), "Appearance")
+        self.servers_page = ServersPage(prefs, save, self)
+        self.servers_page.servers_changed.connect(self.servers_changed)
+        tabs.addTab(self.servers_page, "Servers")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         buttons.rejected.connect(self.reject)
         about = buttons.addButton("About Fireside", QDialogButtonBox.ButtonRole.HelpRole)

@@ -366,19 +366,22 @@ class MainWindow(QMainWindow):
     def show_title(self, conversation: Conversation | None) -> None:
         self.setWindowTitle(f"{APP_TITLE} — {conversation.title}" if conversation else APP_TITLE)
 
-    def set_empty_text(self, model_name: str | None) -> None:
-        """What an empty chat says: which model answers, where more models go."""
-        self._empty_text = self._empty_text_for(model_name)
+    def set_empty_text(self, model_name: str | None, server: str | None = None) -> None:
+        """What an empty chat says: which model answers (on ``server``, if not here),
+        where more models go."""
+        self._empty_text = self._empty_text_for(model_name, server)
         self.placeholder.setText(self._empty_text)
         if self.transcript is not None:
             self.transcript.set_empty_text(self._empty_text)
 
-    def _empty_text_for(self, model_name: str | None) -> str:
+    def _empty_text_for(self, model_name: str | None, server: str | None = None) -> str:
         folder = paths.models_dir()
         if model_name is None:
             return f"Fireside runs language models on this computer. Put GGUF files in {folder}."
-        return (f"Ask {model_name} anything — it runs on this computer and nothing leaves "
-                f"it.\n\nMore models: put GGUF files in {folder}.")
+        where = (f"it runs on {server}, which your messages go to" if server else
+                 "it runs on this computer and nothing leaves it")
+        return (f"Ask {model_name} anything — {where}.\n\nMore models: put GGUF files in "
+                f"{folder}.")
 
 
 def _save_settings(prefs: Settings) -> None:

@@ -17,14 +17,17 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
-from app.core import paths, settings
+from app.core import paths, servers, settings
 from app.core.store import Store
 from tests.core.helpers import PROBE
+from tests.model_server import llama_server
 
 CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)[\( ]")
+CONNECT = re.compile(r"\bconnect\(\d+, \{sa_family=AF_INET6?,")
 
 
 DRIVER = Path(__file__).resolve().parents[1] / "ui" / "app_driver.py"
@@ -108,3 +111,25 @@ def test_a_whole_terminal_session_opens_no_network_connection(
         "IP network calls were made: "
         + json.dumps({k: v for k, v in internet.items() if v}, indent=1)
         + f"\nall network calls seen: {calls}")
+
+
+@pytest.mark.slow
+def test_with_a_server_added_the_only_connections_go_to_that_server(
+        tmp_path: Path, smollm2_path: Path) -> None:
+    with llama_server(smollm2_path) as server:
+        port = urlsplit(server.url).port
+        prefs = settings.load().settings
+        prefs.servers = [servers.Server("box", server.url).to_json()]
+        settings.save(prefs)
+        remote = servers.display_name(servers.RemoteModel("box", str(smollm2_path)))
+        log = tmp_path / "remote.strace"
+        result = _traced(log, "chat", "--json", "--max-tokens", "8", "--model", remote, PROBE)
+    assert result.returncode == 0, result.stderr[-2000:]
+    stream = [json.loads(line) for line in result.stdout.splitlines()]
+    assert any(e["event"] == "reply" and e["text"] for e in stream)
+    lines = log.read_text().splitlines()
+    connects = [line for line in lines if CONNECT.search(line)]
+    assert connects, "the trace missed the connection to the server"
+    elsewhere = [line for line in connects
+                 if f"sin_port=htons({port})" not in line or '"127.0.0.1"' not in line]
+    assert not elsewhere, "connections to other places:\n" + "\n".join(elsewhere)
