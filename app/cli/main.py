@@ -1,4 +1,5 @@
-"""The terminal commands of ``fireside``: ``models``, ``chat``, ``export`` and ``servers``."""
+"""The terminal commands of ``fireside``: ``models``, ``chat``, ``serve``, ``export`` and
+``servers``."""
 
 from __future__ import annotations
 
@@ -68,6 +69,15 @@ def _parser() -> argparse.ArgumentParser:
     remove = what.add_parser("remove", help="forget a server")
     remove.add_argument("name")
 
+    serve = commands.add_parser(
+        "serve", help="serve a model to other apps on this computer (OpenAI-compatible API "
+        "at http://127.0.0.1:8484/v1), with no window")
+    serve.add_argument("--port", type=int, help="the port (default 8484, else the next free)")
+    serve.add_argument("--model", "-m", help="a .gguf path or a model name from `models`")
+    serve.add_argument("--token", nargs="?", const="", metavar="TOKEN",
+                       help="require this token of every request; alone: the token kept in "
+                            "the settings (made once)")
+
     export = commands.add_parser("export", help="write conversations to stdout")
     export.add_argument("id", nargs="?", type=int, help="a conversation id (default: latest)")
     export.add_argument("--all", action="store_true", help="every conversation")
@@ -103,6 +113,8 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
         logging.getLogger("fireside.llama").setLevel(logging.ERROR)
     if args.command == "chat":
         _validate(parser, args)
+    if args.command == "serve" and args.port is not None and not 1 <= args.port <= 65535:
+        parser.error("--port must be 1 to 65535")
     return args
 
 
@@ -112,6 +124,10 @@ def run(args: argparse.Namespace) -> int:
         return _models(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "serve":
+        from app.cli.serve import run_serve  # noqa: PLC0415
+
+        return run_serve(args)
     if args.command == "servers":
         from app.cli.servers import run_servers  # noqa: PLC0415
 

@@ -27,7 +27,7 @@ from app.core.store import StoreError
 T = TypeVar("T")
 
 
-class _Terminated(Exception):
+class Terminated(Exception):
     """SIGTERM or SIGHUP: finish like Ctrl-C at the prompt, saving the reply so far."""
 
 
@@ -101,21 +101,23 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                   "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
                   "seed": args.seed, "max_tokens": args.max_tokens})
-    previous_handlers = _install_signal_handlers()
+    previous_handlers = install_signal_handlers()
     try:
-        if _load(core, model_path, out) is None:
+        if load_model(core, model_path, out) is None:
             return 1
+        if args.prompt is None and not out.as_json:
+            out.note("Type /new for a new chat, /model NAME to switch, /quit to leave.")
         session = _TerminalChat(core, out)
         if args.prompt is not None:
             session.ask(args.prompt)
         else:
             session.loop()
         return _save_the_rest(core, out) or status
-    except (KeyboardInterrupt, _Terminated):
+    except (KeyboardInterrupt, Terminated):
         _save_the_rest(core, out)
         return 0
     finally:
-        _restore_signal_handlers(previous_handlers)
+        restore_signal_handlers(previous_handlers)
 
 
 def _save_the_rest(core: Fireside, out: Output) -> int:
@@ -131,7 +133,7 @@ def _save_the_rest(core: Fireside, out: Output) -> int:
     return 1
 
 
-def _load(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
+def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
     def progress(fraction: float) -> None:
         if not out.as_json and sys.stderr.isatty():
             out.err.write(f"\rLoading {path.name}… {fraction:4.0%}")
@@ -147,8 +149,7 @@ def _load(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
     out.event("model_loaded", model=loaded.name, path=str(loaded.path),
               seconds=round(loaded.seconds, 3))
     if not out.as_json:
-        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context). "
-                 "Type /new for a new chat, /model NAME to switch, /quit to leave.")
+        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context).")
     return loaded
 
 
@@ -186,7 +187,7 @@ class _TerminalChat:
     def _finish(self, turn: ChatTurn) -> None:
         try:
             result: ChatResult = _wait(turn.future, on_interrupt=turn.stop)
-        except (KeyboardInterrupt, _Terminated):
+        except (KeyboardInterrupt, Terminated):
             turn.stop()
             # Give the reply a moment to be saved before leaving.
             with contextlib.suppress(Exception):  # leaving anyway
@@ -261,12 +262,12 @@ class _TerminalChat:
         except LookupError as err:
             self.out.error(str(err))
             return
-        _load(self.core, path, self.out)
+        load_model(self.core, path, self.out)
 
 
-def _install_signal_handlers() -> dict[int, Any]:
+def install_signal_handlers() -> dict[int, Any]:
     def terminate(signum: int, _frame: FrameType | None) -> None:
-        raise _Terminated(signal.Signals(signum).name)
+        raise Terminated(signal.Signals(signum).name)
 
     previous: dict[int, Any] = {}
     for name in ("SIGTERM", "SIGHUP"):
@@ -276,6 +277,6 @@ def _install_signal_handlers() -> dict[int, Any]:
     return previous
 
 
-def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+def restore_signal_handlers(previous: dict[int, Any]) -> None:
     for signum, handler in previous.items():
         signal.signal(signum, handler)

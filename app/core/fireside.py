@@ -9,8 +9,9 @@
 - settings as a reply or a load uses them: the saved ones, a model's own, and what a
   face sets for its session (the terminal's flags),
 - the turn queue: actions on the model's sequence (send, edit, regenerate, new chat,
-  open, delete, load) run one at a time in the order asked, and a reply holds the
-  queue until it is saved, so a reply can never land in another conversation,
+  open, delete, load, and the local API's requests) run one at a time in the order
+  asked, and a reply holds the queue until it is saved, so a reply can never land in
+  another conversation,
 - shutdown, in bounded time.
 
 A face adapts it and never assembles it: it calls these methods, waits on the
@@ -31,7 +32,7 @@ import dataclasses
 import logging
 import threading
 from collections.abc import Callable, Sequence
-from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -39,11 +40,12 @@ from typing import Any, TypeVar
 from app.core import cpu_backends, servers, settings
 from app.core.backend import (
     Backend,
-    EngineError,
     LoadCancelled,
     LoadedModel,
     NoModelLoaded,
     PieceCallback,
+    PromptBuilder,
+    ReplyHandle,
 )
 from app.core.chat import ChatService, ChatTurn
 from app.core.library import ModelLibrary
@@ -102,7 +104,8 @@ class Fireside:
         self.store_error = store_error
         self._save = save_settings
         self._turns = ThreadPoolExecutor(max_workers=1, thread_name_prefix="fireside-turns")
-        self._reply: ChatTurn | None = None  # the reply holding the queue
+        # The reply holding the queue: the user's, or a local API request's.
+        self._reply: ChatTurn | ReplyHandle | None = None
         self._pending: set[Future[Any]] = set()  # actions not yet begun
         self._preempting = 0  # queued actions that stop every reply before them
         self._loads: set[threading.Event] = set()  # a cancel flag per load not finished
@@ -166,6 +169,11 @@ class Fireside:
     @property
     def replying(self) -> bool:
         return self._reply is not None
+
+    @property
+    def answering(self) -> bool:
+        """A request to the local API is using the model."""
+        return isinstance(self._reply, ReplyHandle)
 
     def history(self) -> list[Message]:
         """The open conversation's messages, with any the disk has not taken yet."""
@@ -295,6 +303,22 @@ class Fireside:
 
         return self._queue(run, preempt)
 
+    def answer(self, build: PromptBuilder, sampling: Callable[[LoadedModel], Sampling],
+               on_piece: PieceCallback | None = None) -> Future[ReplyHandle]:
+        """A reply to messages that are no conversation (a local API request), queued
+        with the user's actions; the handle once it runs, its text in its future. It
+        is never stored, and the user's actions do not stop it: only its own client."""
+
+        def run() -> ReplyHandle:
+            model = self.engine.loaded
+            if model is None or self._closed.is_set():
+                raise NoModelLoaded()
+            handle = self.engine.generate(build, sampling(model), on_piece)
+            self._reply = handle
+            return handle
+
+        return self._queue(run, preempt=False)
+
     def new_chat(self, preempt: bool = False) -> Future[None]:
         """An empty chat: the sequence's history is cleared, the model stays."""
         return self._queue(self._clear, preempt)
@@ -334,9 +358,10 @@ class Fireside:
         return self.store.list_conversations(query or None)
 
     def stop(self) -> None:
-        """Stop the reply under way now (its text so far is kept); queued actions go on."""
+        """Stop the user's reply under way now (its text so far is kept); queued actions
+        go on."""
         reply = self._reply
-        if reply is not None:
+        if isinstance(reply, ChatTurn):
             reply.stop()
 
     def _clear(self) -> None:
@@ -378,7 +403,7 @@ class Fireside:
                 future.set_exception(exc)
             reply = self._reply
             if reply is not None:
-                with contextlib.suppress(EngineError, StoreError, CancelledError):
+                with contextlib.suppress(Exception):  # the face hears of it from the reply
                     reply.future.result()
                 self._reply = None
 

@@ -19,6 +19,7 @@ from app.core.servers import READ_TIMEOUT_S
 logger = logging.getLogger(__name__)
 
 
+API_PORT = 8484  # Fireside's own API, unless taken or changed
 _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
 
 # What a model can have of its own (stored only when it differs from the defaults).
@@ -51,6 +52,11 @@ class Settings:
     servers: list[dict[str, str]] = field(default_factory=list)
     # How long a server may say nothing mid-reply before the reply counts as cut off.
     server_timeout_s: float = READ_TIMEOUT_S
+    # Fireside's own API on 127.0.0.1, off unless the user turns it on; a token, when
+    # set, is required of every request (this file is readable by its owner only).
+    serve_api: bool = False
+    api_port: int = API_PORT
+    api_token: str = ""
 
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""
@@ -142,6 +148,8 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
     """Keep a stored value only if it has the type the field expects."""
     if value is None:
         return None if "None" in annotation else default
+    if annotation == "bool":
+        return value if isinstance(value, bool) else default
     if annotation.startswith("dict"):
         return _model_records(value) if isinstance(value, dict) else default
     if annotation.startswith("list[dict"):

@@ -139,6 +139,8 @@ class ChatController(QObject):
     async def _send(self, text: str, edit_in: int | None, editing: bool) -> None:
         pieces = PieceStream(self)  # filled by the inference thread
         core = self.core
+        if core.answering:
+            notices.info("Waiting for the local server's request to finish…")
         try:
             if editing:
                 started: Rewound | ChatTurn = await wait(

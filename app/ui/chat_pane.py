@@ -24,6 +24,7 @@ from app.core.replies import ReplyStats
 from app.core.sources import Source
 from app.core.store import Message
 from app.ui import desktop, event_loop, notices
+from app.ui.api_host import ApiHost
 from app.ui.chat_controller import ChatController
 from app.ui.model_controller import ModelController
 from app.ui.transcript import TranscriptView
@@ -41,6 +42,7 @@ class ChatPane(QObject):
         tasks = event_loop.Tasks()  # one set: the window is busy while either works
         self.controller = ChatController(core, background, tasks, self)
         self.models = ModelController(core, background, tasks, self)
+        self.api = ApiHost(core, self)  # Fireside's local API, when the user turns it on
         self.transcript = TranscriptView(window)
         self._edit_conversation: int | None = None  # where an edit under way belongs
         self._refresh_after_edit = False
@@ -53,6 +55,7 @@ class ChatPane(QObject):
         self.controller.start()
         self._refresh_conversations()
         self.models.start()
+        self.api.apply()
 
     def _connect_widgets(self) -> None:
         w = self.window
@@ -99,6 +102,7 @@ class ChatPane(QObject):
         c.reply_failed.connect(view.fail_reply)
         c.streaming_changed.connect(self._on_streaming_changed)
         c.send_refused.connect(self._on_send_refused)
+        self.api.changed.connect(self._on_api_changed)
 
     def attach_settings(self, dialog: SettingsDialog) -> None:
         """The settings dialog shows the models found and changes how they load."""
@@ -108,11 +112,19 @@ class ChatPane(QObject):
         dialog.folders_changed.connect(self.models.rescan)
         dialog.reload_requested.connect(self.models.reload)
         dialog.servers_changed.connect(self.models.ask_servers)
+        dialog.api_page.changed.connect(self.api.apply)
+        dialog.api_page.show_status(self.api.status())
         dialog.servers_page.set_listings(self.models.core.library.listings)
         dialog.set_models(self.models.core.library.entries)
         dialog.set_sources(self.models.core.library.sources)
         if self.models.model is not None:
             dialog.set_model(self.models.model.path, self.models.model.name)
+
+    def _on_api_changed(self) -> None:
+        status = self.api.status()
+        self.window.status.set_serving(status if self.api.server else "")
+        if self._settings is not None:
+            self._settings.api_page.show_status(status)
 
     # Actions -------------------------------------------------------------------------
 

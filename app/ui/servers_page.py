@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 from app.core import secrets, servers
 from app.core.servers import Listing, Server
 from app.core.settings import Settings
+from app.ui.notes import note
 
 
 class ServersPage(QWidget):
@@ -40,12 +41,10 @@ class ServersPage(QWidget):
         self._save = save
         self._listings: dict[str, Listing] = {}
         form = QFormLayout(self)
-        about = QLabel("Chat with models that run on another computer, under any server "
-                       "that speaks the OpenAI API (llama.cpp's llama-server, vLLM, Ollama, "
-                       "LM Studio). Fireside connects only to the servers listed here.", self)
-        about.setObjectName("settingsNote")
-        about.setWordWrap(True)
-        form.addRow(about)
+        form.addRow(note("Chat with models that run on another computer, under any server "
+                         "that speaks the OpenAI API (llama.cpp's llama-server, vLLM, "
+                         "Ollama, LM Studio). Fireside connects only to the servers listed "
+                         "here.", self))
 
         self.server_list = QListWidget(self)
         self.server_list.setObjectName("serverList")

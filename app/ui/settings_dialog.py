@@ -38,6 +38,8 @@ from PySide6.QtWidgets import (
 from app.core import sources
 from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
+from app.ui.api_page import ApiPage
+from app.ui.notes import note
 from app.ui.servers_page import ServersPage
 from app.ui.theme import THEMES
 
@@ -166,6 +168,8 @@ class SettingsDialog(QDialog):
         self.servers_page = ServersPage(prefs, save, self)
         self.servers_page.servers_changed.connect(self.servers_changed)
         tabs.addTab(self.servers_page, "Servers")
+        self.api_page = ApiPage(prefs, save, _new_token, self)
+        tabs.addTab(self.api_page, "Local server")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         buttons.rejected.connect(self.reject)
         about = buttons.addButton("About Fireside", QDialogButtonBox.ButtonRole.HelpRole)
@@ -181,10 +185,8 @@ class SettingsDialog(QDialog):
 
     def _models_tab(self, models_dir: Path) -> QWidget:
         page, form = _form_page(self)
-        where = QLabel(f"Fireside finds GGUF files in <b>{models_dir}</b>, the bundled "
-                       "models and the folders below (searched with their subfolders).", page)
-        where.setObjectName("settingsNote")
-        where.setWordWrap(True)
+        where = note(f"Fireside finds GGUF files in <b>{models_dir}</b>, the bundled "
+                     "models and the folders below (searched with their subfolders).", page)
         where.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         open_folder = self._button("Open models folder", "openModelsFolderButton", page)
         open_folder.clicked.connect(self.open_models_folder_requested)
@@ -243,12 +245,10 @@ class SettingsDialog(QDialog):
         self.threads = self._default(_threads_box(page, "threadsBox", "Threads"), "threads",
                                      form)
 
-        note = QLabel("Context size and threads apply the next time a model loads.", page)
-        note.setObjectName("settingsNote")
-        note.setWordWrap(True)
+        applies = note("Context size and threads apply the next time a model loads.", page)
         reload_button = self._button("Reload model now", "reloadModelButton", page)
         reload_button.clicked.connect(self.reload_requested)
-        form.addRow(note)
+        form.addRow(applies)
         form.addRow(_left(reload_button))
         return page
 
@@ -315,10 +315,8 @@ class SettingsDialog(QDialog):
                 box.activated.connect(lambda _i, name=name: self._on_model_value_changed(name))
         prompt.textChanged.connect(self._on_model_prompt_edited)
 
-        self.model_note = QLabel("Context size, threads and the chat template apply the "
-                                 "next time this model loads.", page)
-        self.model_note.setObjectName("settingsNote")
-        self.model_note.setWordWrap(True)
+        self.model_note = note("Context size, threads and the chat template apply the next "
+                               "time this model loads.", page)
         self.use_defaults = self._button("Use defaults", "useDefaultsButton", page)
         self.use_defaults.clicked.connect(self._on_use_defaults_clicked)
         reload_button = self._button("Reload model now", "reloadThisModelButton", page)
@@ -538,6 +536,12 @@ class SettingsDialog(QDialog):
         if self._model_prompt_timer.isActive():
             self._model_prompt_timer.stop()
             self._on_model_prompt_timer_timeout()
+
+
+def _new_token() -> str:
+    from app.api.server import new_token  # noqa: PLC0415 - the server's modules load late
+
+    return new_token()
 
 
 def _home_relative(folder: Path) -> str:

@@ -23,6 +23,10 @@ class StatusLine(QWidget):
         self.context_meter.setFixedSize(90, 6)
         self.context_label = QLabel(self)
         self.context_label.setObjectName("statusText")
+        self.serving = QLabel(self)  # Fireside's local API, when it is on
+        self.serving.setObjectName("servingLabel")
+        self.serving.setAccessibleName("Local server")
+        self.serving.setVisible(False)
         self.speed = QLabel(self)
         self.speed.setObjectName("speedLabel")
         self.speed.setAccessibleName("Speed of the last reply")
@@ -30,6 +34,7 @@ class StatusLine(QWidget):
         layout.setContentsMargins(6, 0, 6, 0)
         layout.setSpacing(8)
         layout.addWidget(self.text, 1)
+        layout.addWidget(self.serving)
         layout.addWidget(self.context_meter)
         layout.addWidget(self.context_label)
         layout.addWidget(self.speed)
@@ -43,6 +48,11 @@ class StatusLine(QWidget):
 
     def set_message(self, text: str) -> None:
         self.text.setText(text)
+
+    def set_serving(self, text: str) -> None:
+        """What the local server is doing; empty: it is off."""
+        self.serving.setText(text)
+        self.serving.setVisible(bool(text))
 
     def set_context_size(self, n_ctx: int) -> None:
         """The loaded model's context, in tokens (0: no model)."""

@@ -291,6 +291,7 @@ class MainWindow(QMainWindow):
             return
         event.ignore()
         # Stop the reply (saved), close the model, then close for real.
+        self.chat.api.close()
         self.chat.models.close()
         self.chat.controller.shut_down(then=self._finish_close)
 

@@ -63,7 +63,6 @@ def bare_client(url: str, model: str, pieces_wanted: int = 0) -> tuple[float, fl
 
 
 def main(rounds: int) -> int:
-    from PySide6.QtCore import QTimer
     from PySide6.QtWidgets import QApplication
 
     os.environ["FIRESIDE_DATA_DIR"] = tempfile.mkdtemp(prefix="fireside-bench-")
@@ -72,6 +71,7 @@ def main(rounds: int) -> int:
 
     from app.core import bundled, servers, settings
     from app.ui.window import MainWindow
+    from tests.heartbeat import INTERVAL_S, Heartbeat
     from tests.model_server import llama_server
 
     model = bundled.default_model_path()
@@ -154,24 +154,14 @@ def main(rounds: int) -> int:
 
             # A server that is connected but silent, asked for its models.
             os.kill(server.process.pid, signal.SIGSTOP)
-            gaps = [0.0]
-            last = [time.monotonic()]
-
-            def beat() -> None:
-                now = time.monotonic()
-                gaps.append(now - last[0])
-                last[0] = now
-
-            heartbeat = QTimer()
-            heartbeat.setInterval(10)
-            heartbeat.timeout.connect(beat)
+            heartbeat = Heartbeat()
             heartbeat.start()
             task = window.chat.models.ask_servers()
             if task is not None:
                 await task
-            heartbeat.stop()
+            gap = heartbeat.stop()
             os.kill(server.process.pid, signal.SIGCONT)
-            figures["stall"].append(max(gaps) - 0.010)
+            figures["stall"].append(gap - INTERVAL_S)
 
             window.composer_bar.send_requested.emit(STORY)
             await asyncio.sleep(2.0)  # mid-reply

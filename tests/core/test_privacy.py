@@ -133,3 +133,45 @@ def test_with_a_server_added_the_only_connections_go_to_that_server(
     elsewhere = [line for line in connects
                  if f"sin_port=htons({port})" not in line or '"127.0.0.1"' not in line]
     assert not elsewhere, "connections to other places:\n" + "\n".join(elsewhere)
+
+
+@pytest.mark.slow
+def test_fireside_serving_listens_on_loopback_only_and_connects_nowhere(
+        tmp_path: Path, smollm2_path: Path) -> None:
+    import openai
+    import psutil
+
+    from tests.model_server import free_port
+
+    port = free_port()
+    log = tmp_path / "serve.strace"
+    strace = shutil.which("strace")
+    assert strace is not None
+    traced = subprocess.Popen(
+        [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network,openat", "-e",
+         "signal=none", "-o", str(log), sys.executable, "-m", "app", "serve", "--port",
+         str(port), "--model", str(smollm2_path)],
+        stderr=subprocess.PIPE, text=True)
+    try:
+        assert traced.stderr is not None
+        for line in traced.stderr:  # the model loads, then it serves
+            if "Serving" in line:
+                break
+        with openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none") as api:
+            answer = api.chat.completions.create(
+                model="any", messages=[{"role": "user", "content": PROBE}], max_tokens=8)
+        assert answer.choices[0].message.content
+    finally:
+        for child in psutil.Process(traced.pid).children():
+            child.terminate()  # the traced Fireside: it stops as on Ctrl+C
+        assert traced.wait(timeout=60) == 0
+    lines = log.read_text().splitlines()
+    assert _opened(lines, smollm2_path), "the trace missed the session"
+    binds = [line for line in lines if re.search(r"\bbind\(\d+, \{sa_family=AF_INET", line)]
+    assert len(binds) == 1 and f"sin_port=htons({port})" in binds[0] \
+        and 'inet_addr("127.0.0.1")' in binds[0], binds
+    bound = re.search(r"\bbind\((\d+),", binds[0])
+    listening = {m.group(1) for line in lines if (m := re.search(r"\blisten\((\d+),", line))}
+    assert bound is not None and listening == {bound.group(1)}  # that socket and no other
+    connects = [line for line in lines if CONNECT.search(line)]
+    assert not connects, "Fireside connected somewhere:\n" + "\n".join(connects)

@@ -22,8 +22,8 @@ from app.ui.bridge import PieceStream
 from app.ui.markdown import COPY_CODE_PREFIX
 from app.ui.message_widget import MessageText
 from app.ui.transcript import FRAME_MS, TranscriptView
+from tests.heartbeat import Heartbeat
 from tests.ui.test_transcript import anchor_point, click
-from tests.ui.test_window import _Heartbeat
 
 pytestmark = pytest.mark.slow
 
@@ -86,7 +86,7 @@ def asked(monkeypatch: pytest.MonkeyPatch) -> list[str]:
 def stream(view: TranscriptView, text: str) -> float:
     """Stream ``text`` into a new reply, a piece a frame as the model writes it, finish
     it, and return the longest stall of the GUI thread meanwhile (seconds)."""
-    heartbeat = _Heartbeat()
+    heartbeat = Heartbeat()
     heartbeat.start()
     view.add_user_message("Show me something.")
     pieces = PieceStream(view)

@@ -3,12 +3,11 @@ conversations, settings and restarts, driven the way a user drives them."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QObject, Qt, QTimer, QUrl, Slot
+from PySide6.QtCore import QObject, Qt, QUrl, Slot
 from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QAbstractButton, QLineEdit, QWidget
 
@@ -19,6 +18,7 @@ from app.ui.model_picker import DETAILS_ROLE, ModelPicker
 from app.ui.notices import Level
 from app.ui.window import MainWindow
 from tests.gguf_files import copy_with_metadata
+from tests.heartbeat import Heartbeat
 from tests.ui.conftest import (
     REPLY_TIMEOUT_MS,
     Notices,
@@ -412,46 +412,18 @@ def test_closing_mid_reply_saves_the_text_so_far(open_window: WindowFactory,
     window.close()
     qtbot.waitUntil(lambda: window.is_shut_down, timeout=REPLY_TIMEOUT_MS)
     assert not window.isVisible()
-    assert not controller.core.engine._thread.is_alive()
+    assert controller.core.engine.close(timeout=0), "the inference thread still runs"
     reply = saved_messages(conversation or -1)[-1]
     assert reply.role == "assistant" and reply.complete
     assert reply.text.startswith(last_reply_text(window)[:20])
     assert reply.stats and reply.stats["finish_reason"] == "stopped"
 
 
-class _Heartbeat(QObject):
-    """Ticks every 10 ms on the GUI thread and records the longest gap between ticks."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.max_gap = 0.0
-        self._last = time.perf_counter()
-        self._timer = QTimer(self)
-        self._timer.setInterval(10)
-        self._timer.setTimerType(Qt.TimerType.PreciseTimer)
-        self._timer.timeout.connect(self._on_tick)
-
-    def start(self) -> None:
-        self.max_gap = 0.0
-        self._last = time.perf_counter()
-        self._timer.start()
-
-    def stop(self) -> float:
-        self._timer.stop()
-        return self.max_gap
-
-    @Slot()
-    def _on_tick(self) -> None:
-        now = time.perf_counter()
-        self.max_gap = max(self.max_gap, now - self._last)
-        self._last = now
-
-
 def test_window_stays_responsive_while_a_model_loads_and_a_reply_streams(
         open_window: WindowFactory, qtbot: Any, gemma_path: Path) -> None:
     greedy_settings(max_tokens=200)
     window = open_window()
-    heartbeat = _Heartbeat()
+    heartbeat = Heartbeat()
 
     heartbeat.start()
     choose_model(window.picker, gemma_path)

@@ -1,0 +1,418 @@
+"""Fireside's local API: the OpenAI chat-completions routes on 127.0.0.1, answered by the
+core's one inference thread in the order requests arrive, queued with the user's chat.
+
+Starlette routes and uvicorn serves (both well kept, and what llama-cpp-python's own
+server runs on); sse-starlette frames the event stream and sees a client leave, which
+stops that client's reply. Uvicorn runs on a thread of its own with its own event loop,
+so neither the window's loop nor the inference thread ever waits on the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import hmac
+import json
+import logging
+import secrets
+import socket
+import threading
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+import uvicorn
+from sse_starlette.sse import EventSourceResponse
+from starlette.applications import Starlette
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from app.core.backend import ReplyHandle
+from app.core.completions import (
+    Answer,
+    ApiError,
+    CompletionRequest,
+    StopText,
+    error_for,
+    finish_reason,
+    models_list,
+    no_model,
+    read_request,
+)
+from app.core.fireside import Fireside
+from app.core.settings import API_PORT as DEFAULT_PORT
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+HOST = "127.0.0.1"  # never another address: the network wants a real serving engine
+PORTS_TRIED = 10  # 8484, else the next free one of these, unless the user chose one
+MAX_BODY = 4 * 1024 * 1024
+MAX_WAITING = 16
+# A stream sends what came in the last FLUSH_S in one chunk (the first piece at once):
+# a wake-up of the server and of its client per token would take CPU from the model's
+# threads, about 20 % of the decode speed on two cores.
+FLUSH_S = 0.05
+LOOPBACK_NAMES = {"127.0.0.1", "localhost", "::1"}
+LOOPBACK_ORIGIN = r"https?://(localhost|127\.0\.0\.1|\[::1\])(:\d+)?"
+
+
+class ServeError(Exception):
+    """The server could not start; the message is for the user."""
+
+
+def new_token() -> str:
+    return f"fs-{secrets.token_urlsafe(24)}"
+
+
+class LocalServer:
+    """The API for one open core. ``start`` serves on a thread (the window); ``run``
+    serves on the calling thread until a signal (``fireside serve``)."""
+
+    def __init__(self, core: Fireside, port: int | None = None, token: str = "",
+                 max_waiting: int = MAX_WAITING) -> None:
+        self.core = core
+        self.token = token
+        self.max_waiting = max_waiting
+        self.waiting = 0  # requests queued behind others
+        self.on_change: Callable[[], None] = lambda: None  # any thread; a face adapts it
+        self._socket = _bind(port)
+        self.port = int(self._socket.getsockname()[1])
+        self._replies: set[ReplyHandle] = set()
+        self._started = int(time.time())
+        self._server = uvicorn.Server(uvicorn.Config(
+            self.app(), log_config=None, access_log=False, lifespan="off",
+            timeout_graceful_shutdown=1))
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/v1"
+
+    @property
+    def busy(self) -> bool:
+        """A request is using the model."""
+        return self.core.answering
+
+    def run(self) -> None:
+        """Serve until SIGINT or SIGTERM (uvicorn's handlers, on the main thread)."""
+        asyncio.run(self._server.serve(sockets=[self._socket]))
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self.run, name="fireside-api", daemon=True)
+        self._thread.start()
+
+    def stop(self, timeout: float = 2.0) -> None:
+        """Stop the requests' replies, close the connections and the socket."""
+        for handle in list(self._replies):
+            handle.stop()
+        self._server.should_exit = True
+        if self._thread is not None:
+            self._thread.join(timeout)
+        self._socket.close()
+
+    # -- the app ---------------------------------------------------------------------
+
+    def app(self) -> ASGIApp:
+        routes = [Route("/v1/models", self._models, methods=["GET"]),
+                  Route("/v1/chat/completions", self._completions, methods=["POST"])]
+        handlers: dict[Any, Callable[..., Awaitable[Response]]] = {
+            HTTPException: _http_error}
+        app = Starlette(routes=routes, exception_handlers=handlers, middleware=[
+            Middleware(CORSMiddleware, allow_origin_regex=LOOPBACK_ORIGIN,
+                       allow_methods=["GET", "POST"], allow_headers=["*"])])
+        return _Guard(app, lambda: self.token)
+
+    async def _models(self, _request: Request) -> Response:
+        model = self.core.model
+        return JSONResponse(models_list(model.name if model else None, self._started))
+
+    async def _completions(self, request: Request) -> Response:
+        try:
+            asked = read_request(await _json_body(request))
+            self._admit()
+        except ApiError as err:
+            return _error(err)
+        pieces = _Pieces(asyncio.get_running_loop())
+        core = self.core
+        started = core.answer(
+            asked.prompt(),
+            lambda model: asked.sampling_for(core.sampling(model.path), model.n_ctx),
+            pieces.put)
+        client = _Client(request)
+        self._changed(waiting=+1)
+        try:
+            handle = await client.unless_gone(asyncio.wrap_future(started))
+        except _Gone:
+            started.cancel()  # never begun; if it has just begun, it is stopped
+            started.add_done_callback(_stop_started)
+            return Response(status_code=499)
+        except Exception as err:  # any refusal goes back in OpenAI's shape
+            return _error(error_for(err))
+        finally:
+            self._changed(waiting=-1)
+        self._replies.add(handle)
+        handle.future.add_done_callback(lambda _f: pieces.end())
+        handle.future.add_done_callback(lambda _f: self._finished(handle))
+        reply = _Reply(asked, Answer(core.model.name if core.model else asked.model), handle,
+                       pieces, StopText(asked.stop))
+        try:
+            first = await client.unless_gone(pieces.take())
+            if first is None and handle.future.exception() is not None:
+                return _error(error_for(handle.future.exception() or Exception()))
+            if asked.stream:
+                client.close()  # the event stream watches for it from here
+                return EventSourceResponse(self._events(reply, first), sep="\n", ping=15)
+            return await self._whole(reply, first, client)
+        except _Gone:
+            handle.stop()
+            return Response(status_code=499)
+        finally:
+            client.close()
+
+    def _admit(self) -> None:
+        if self.core.loading:
+            raise no_model("A model is loading in Fireside. Ask again in a moment.")
+        if self.core.model is None:
+            raise no_model()
+        if self.waiting >= self.max_waiting:
+            raise ApiError(429, f"Fireside is busy: {self.waiting} requests are waiting for "
+                           "the model. Ask again later.", kind="requests",
+                           code="rate_limit_exceeded")
+
+    async def _whole(self, reply: _Reply, item: str | None, client: _Client) -> Response:
+        parts = []
+        while item is not None:
+            parts.append(reply.text(item))
+            item = await client.unless_gone(reply.pieces.take())
+        try:
+            done = reply.handle.future.result()
+        except Exception as err:
+            return _error(error_for(err))
+        parts.append(reply.stop_text.flush())
+        return JSONResponse(reply.answer.whole("".join(parts), finish_reason(done.stats),
+                                               done.stats))
+
+    async def _events(self, reply: _Reply, item: str | None) -> AsyncIterator[str]:
+        answer = reply.answer
+        try:
+            yield json.dumps(answer.chunk({"role": "assistant", "content": ""}))
+            while item is not None:
+                text = reply.text(item)
+                if text:
+                    yield json.dumps(answer.chunk({"content": text}))
+                await asyncio.sleep(FLUSH_S)  # what comes meanwhile goes in one chunk
+                item = await reply.pieces.take()
+            try:
+                done = reply.handle.future.result()
+            except Exception as err:  # the headers are sent: say it in the stream
+                yield json.dumps(error_for(err).body())
+                return
+            tail = reply.stop_text.flush()
+            if tail:
+                yield json.dumps(answer.chunk({"content": tail}))
+            yield json.dumps(answer.last_chunk(finish_reason(done.stats), done.stats))
+            if reply.asked.include_usage:
+                yield json.dumps(answer.usage_chunk(done.stats))
+            yield "[DONE]"
+        finally:
+            reply.handle.stop()  # the client left (or it is over): free the model
+
+    def _changed(self, waiting: int = 0) -> None:
+        self.waiting += waiting
+        self.on_change()
+
+    def _finished(self, handle: ReplyHandle) -> None:
+        self._replies.discard(handle)
+        self.on_change()
+
+
+class _Pieces:
+    """Streamed text from the inference thread to the server's event loop, batched as
+    the window's PieceStream is: the loop is woken only when nothing was waiting, and
+    takes everything that came since."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._parts: list[str] = []
+        self._ended = False
+        self._ready = asyncio.Event()
+
+    def put(self, text: str) -> None:
+        """Inference thread: a piece of the reply."""
+        with self._lock:
+            first = not self._parts
+            self._parts.append(text)
+        if first:
+            self._loop.call_soon_threadsafe(self._ready.set)
+
+    def end(self) -> None:
+        """Any thread: the reply is over."""
+        with self._lock:
+            self._ended = True
+        self._loop.call_soon_threadsafe(self._ready.set)
+
+    async def take(self) -> str | None:
+        """Everything since the last take; None once the reply is over and all taken."""
+        while True:
+            with self._lock:
+                if self._parts:
+                    text = "".join(self._parts)
+                    self._parts.clear()
+                    return text
+                if self._ended:
+                    return None
+                self._ready.clear()
+            await self._ready.wait()
+
+
+@dataclass
+class _Reply:
+    """A request's reply under way: its text arrives in ``pieces``."""
+
+    asked: CompletionRequest
+    answer: Answer
+    handle: ReplyHandle
+    pieces: _Pieces
+    stop_text: StopText
+
+    def text(self, piece: str) -> str:
+        """What of ``piece`` the client gets; a stop string ends the reply."""
+        text = self.stop_text.feed(piece)
+        if self.stop_text.hit:
+            self.handle.stop()
+        return text
+
+
+def _stop_started(started: Any) -> None:
+    if not started.cancelled() and started.exception() is None:
+        started.result().stop()
+
+
+class _Gone(Exception):
+    """The client closed the connection."""
+
+
+class _Client:
+    """Watches for the client leaving while a request waits for its turn or its text."""
+
+    def __init__(self, request: Request) -> None:
+        self._gone = asyncio.ensure_future(_disconnected(request))
+
+    async def unless_gone(self, awaitable: Awaitable[T]) -> T:
+        task = asyncio.ensure_future(awaitable)
+        await asyncio.wait({task, self._gone}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise _Gone
+
+    def close(self) -> None:
+        self._gone.cancel()
+
+
+async def _disconnected(request: Request) -> None:
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+class _Guard:
+    """Refuses what must not reach the model: a Host or a browser Origin that is not
+    this computer (a web page driving the user's model: cross-site requests and DNS
+    rebinding), and a missing or wrong token when one is set."""
+
+    def __init__(self, app: ASGIApp, token: Callable[[], str]) -> None:
+        self._app = app
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            problem = self._problem(Headers(scope=scope), scope["method"])
+            if problem is not None:
+                await _error(problem)(scope, receive, send)
+                return
+        await self._app(scope, receive, send)
+
+    def _problem(self, headers: Headers, method: str) -> ApiError | None:
+        if _hostname(f"//{headers.get('host', '')}") not in LOOPBACK_NAMES:
+            return ApiError(403, "Fireside's server answers only requests addressed to "
+                            "127.0.0.1 or localhost.", code="forbidden_host")
+        origin = headers.get("origin")
+        if origin is not None and _hostname(origin) not in LOOPBACK_NAMES:
+            return ApiError(403, "Fireside's server does not answer web pages from other "
+                            "sites.", code="forbidden_origin")
+        token = self._token()
+        if token and method != "OPTIONS":  # a browser's preflight carries no token
+            given = headers.get("authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(given.encode(), token.encode()):
+                return ApiError(401, "Incorrect or missing token. Fireside's settings show "
+                                "the token this server wants.", code="invalid_api_key")
+        return None
+
+
+def _hostname(url: str) -> str:
+    try:
+        return urlsplit(url).hostname or ""
+    except ValueError:
+        return ""
+
+
+async def _json_body(request: Request) -> Any:
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > MAX_BODY:
+        raise _too_large()
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY:
+            raise _too_large()
+    try:
+        return json.loads(body)
+    except ValueError as err:
+        raise ApiError(400, f"The request body is not valid JSON ({err}).") from None
+
+
+def _too_large() -> ApiError:
+    return ApiError(413, f"The request body is over {MAX_BODY // (1024 * 1024)} MB.",
+                    code="request_too_large")
+
+
+def _error(err: ApiError) -> JSONResponse:
+    return JSONResponse(err.body(), status_code=err.status)
+
+
+async def _http_error(_request: Request, exc: Exception) -> Response:
+    status = getattr(exc, "status_code", 500)
+    message = {404: "There is no such route. Fireside serves GET /v1/models and POST "
+                    "/v1/chat/completions.",
+               405: "This route does not take that method."}.get(status, str(exc))
+    return _error(ApiError(status, message))
+
+
+def _bind(port: int | None) -> socket.socket:
+    """A listening socket on loopback: ``port``, or the first free of the usual ones."""
+    ports = [port] if port else range(DEFAULT_PORT, DEFAULT_PORT + PORTS_TRIED)
+    for candidate in ports:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.bind((HOST, candidate))
+            sock.listen(128)
+            return sock
+        except OSError as err:
+            sock.close()
+            if err.errno != errno.EADDRINUSE:
+                raise ServeError(f"Fireside could not listen on port {candidate}: "
+                                 f"{err.strerror}.") from err
+    taken = f"Port {port} is" if port else (f"Ports {DEFAULT_PORT} to "
+                                           f"{DEFAULT_PORT + PORTS_TRIED - 1} are")
+    raise ServeError(f"{taken} taken by another program. Choose another port.")
+

@@ -1,0 +1,291 @@
+"""Requests to Fireside's local API in OpenAI's chat-completions shape: read and checked,
+turned into a prompt for the loaded model, and the answer written back in that shape.
+
+No HTTP here (:mod:`app.api` serves it); the request is answered by the core's one
+inference thread, queued with the user's own chat (:meth:`Fireside.answer`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from app.core import templates
+from app.core.backend import (
+    EngineClosed,
+    EngineError,
+    NoModelLoaded,
+    PromptBuilder,
+    PromptPlan,
+    PromptTooLong,
+    Session,
+)
+from app.core.options import Sampling
+from app.core.replies import ReplyStats
+
+MAX_STOP_STRINGS = 4  # as OpenAI allows
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+# Fields OpenAI clients send that change nothing here while they hold these values.
+HARMLESS = {"n": 1, "logprobs": False, "tools": [], "tool_choice": "none",
+            "response_format": {"type": "text"}}
+
+
+class ApiError(Exception):
+    """An answer in OpenAI's error shape, with its HTTP status."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error",
+                 param: str | None = None, code: str | None = None) -> None:
+        super().__init__(message)
+        self.status, self.kind, self.param, self.code = status, kind, param, code
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": str(self), "type": self.kind, "param": self.param,
+                          "code": self.code}}
+
+
+def no_model(message: str = "No model is loaded in Fireside. Choose one in its window, "
+             "or start `fireside serve --model NAME`.") -> ApiError:
+    return ApiError(503, message, kind="server_error", code="model_not_loaded")
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    model: str
+    messages: tuple[dict[str, str], ...]
+    sampling: dict[str, Any]  # Sampling fields the request sets; the rest are the model's
+    stop: tuple[str, ...] = ()
+    stream: bool = False
+    include_usage: bool = False
+
+    def prompt(self) -> PromptBuilder:
+        """The messages through the loaded model's own chat template."""
+        messages = list(self.messages)
+
+        def build(session: Session) -> PromptPlan:
+            segments = templates.render(session.template, messages)
+            return PromptPlan(session.encode(segments), 0, tuple(messages))
+
+        return build
+
+    def sampling_for(self, model_settings: Sampling, n_ctx: int) -> Sampling:
+        """The model's settings with what the request sets; without ``max_tokens`` the
+        reply may run to the end of the context, as OpenAI's does."""
+        fields = {"max_tokens": n_ctx, **self.sampling}
+        return dataclasses.replace(model_settings, **fields)
+
+
+def read_request(body: Any) -> CompletionRequest:
+    """The request in ``body`` (parsed JSON), or ApiError(400) saying what is wrong."""
+    if not isinstance(body, Mapping):
+        raise ApiError(400, "The request body must be a JSON object.")
+    for name, harmless in HARMLESS.items():
+        if body.get(name, harmless) not in (harmless, None):
+            raise ApiError(400, f"'{name}' is not supported by Fireside's server: leave it "
+                           "out.", param=name, code="unsupported_parameter")
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string.", param="model")
+    stream = _typed(body, "stream", bool, False)
+    options = body.get("stream_options")
+    if options is not None and not stream:
+        raise ApiError(400, "'stream_options' is only allowed when 'stream' is true.",
+                       param="stream_options")
+    if options is not None and not isinstance(options, Mapping):
+        raise ApiError(400, "'stream_options' must be an object.", param="stream_options")
+    include_usage = _typed(options or {}, "include_usage", bool, False)
+    sampling: dict[str, Any] = {}
+    for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
+        value = _number(body, name)
+        if value is not None:
+            if not low <= value <= high:
+                raise ApiError(400, f"'{name}' must be between {low:g} and {high:g}.",
+                               param=name)
+            sampling[name] = float(value)
+    for name in ("max_completion_tokens", "max_tokens"):  # the newer name wins
+        value = _typed(body, name, int, None)
+        if value is not None:
+            if value < 1:
+                raise ApiError(400, f"'{name}' must be at least 1.", param=name)
+            sampling.setdefault("max_tokens", value)
+    seed = _typed(body, "seed", int, None)
+    if seed is not None:
+        sampling["seed"] = seed
+    return CompletionRequest(model, _messages(body.get("messages")), sampling,
+                             _stops(body.get("stop")), stream, include_usage)
+
+
+def _typed(body: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
+    value = body.get(name)
+    if value is None:
+        return default
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ApiError(400, f"'{name}' must be {_A[kind]}.", param=name)
+    return value
+
+
+_A = {bool: "true or false", int: "a whole number", str: "a string"}
+
+
+def _number(body: Mapping[str, Any], name: str) -> float | None:
+    value = body.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ApiError(400, f"'{name}' must be a number.", param=name)
+    return float(value)
+
+
+def _messages(value: Any) -> tuple[dict[str, str], ...]:
+    if not isinstance(value, list) or not value:
+        raise ApiError(400, "'messages' must be a non-empty list.", param="messages")
+    messages: list[dict[str, str]] = []
+    for i, message in enumerate(value):
+        where = f"messages[{i}]"
+        if not isinstance(message, Mapping):
+            raise ApiError(400, f"{where} must be an object.", param=where)
+        role = message.get("role")
+        if role not in ROLES:
+            raise ApiError(400, f"{where}.role must be system, developer, user or assistant "
+                           f"(not {role!r}).", param=f"{where}.role")
+        messages.append({"role": ROLES[role], "content": _content(message.get("content"),
+                                                                   f"{where}.content")})
+    return tuple(messages)
+
+
+def _content(value: Any, where: str) -> str:
+    """Text, or a list of text parts; other parts (images, audio) are refused."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        texts = []
+        for part in value:
+            if not isinstance(part, Mapping) or part.get("type") != "text" \
+                    or not isinstance(part.get("text"), str):
+                raise ApiError(400, f"{where} may hold only text parts: the loaded model "
+                               "reads text.", param=where)
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise ApiError(400, f"{where} must be a string or a list of text parts.", param=where)
+
+
+def _stops(value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    stops = [value] if isinstance(value, str) else value
+    if not isinstance(stops, list) or len(stops) > MAX_STOP_STRINGS \
+            or not all(isinstance(s, str) and s for s in stops):
+        raise ApiError(400, f"'stop' must be a string or a list of up to {MAX_STOP_STRINGS} "
+                       "non-empty strings.", param="stop")
+    return tuple(stops)
+
+
+class StopText:
+    """Ends a reply at the first stop string, never sending any of it: text that could
+    be the start of one is held back until the next piece says whether it is."""
+
+    def __init__(self, stops: Sequence[str]) -> None:
+        self._stops = tuple(stops)
+        self._held = ""
+        self.hit = False
+
+    def feed(self, piece: str) -> str:
+        """What of ``piece`` may be sent now."""
+        if self.hit:
+            return ""
+        text = self._held + piece
+        found = [i for i in (text.find(s) for s in self._stops) if i >= 0]
+        if found:
+            self.hit, self._held = True, ""
+            return text[:min(found)]
+        keep = max((n for s in self._stops for n in range(1, len(s))
+                    if text.endswith(s[:n])), default=0)
+        self._held = text[len(text) - keep:] if keep else ""
+        return text[:len(text) - keep]
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
+
+
+# -- answers, in OpenAI's shapes -----------------------------------------------------
+
+
+def finish_reason(stats: ReplyStats) -> str:
+    if stats.finish_reason in ("length", "context"):
+        return "length"
+    return "stop"  # the model ended, a stop string came, or Fireside is closing
+
+
+def usage(stats: ReplyStats) -> dict[str, Any]:
+    return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
+            "total_tokens": stats.prompt_tokens + stats.tokens,
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens}}
+
+
+def timings(stats: ReplyStats) -> dict[str, Any]:
+    """The reply's speed as the model made it, under llama.cpp's server's names (clients
+    that know them show them; the others ignore an extra field)."""
+    return {"prompt_n": stats.prompt_tokens - stats.cached_tokens,
+            "cache_n": stats.cached_tokens, "prompt_ms": round(stats.ttft_s * 1000, 2),
+            "predicted_n": stats.tokens,
+            "predicted_per_second": round(stats.tokens_per_s, 2)}
+
+
+@dataclass(frozen=True)
+class Answer:
+    """The names one answer carries in all its parts."""
+
+    model: str
+    id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
+    created: int = dataclasses.field(default_factory=lambda: int(time.time()))
+
+    def whole(self, text: str, finish: str, stats: ReplyStats) -> dict[str, Any]:
+        return {**self._head("chat.completion"), "choices": [{
+            "index": 0, "message": {"role": "assistant", "content": text},
+            "logprobs": None, "finish_reason": finish}], "usage": usage(stats),
+            "timings": timings(stats)}
+
+    def chunk(self, delta: dict[str, str]) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk"), "choices": [{
+            "index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
+
+    def last_chunk(self, finish: str, stats: ReplyStats) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk"), "choices": [{
+            "index": 0, "delta": {}, "logprobs": None, "finish_reason": finish}],
+            "timings": timings(stats)}
+
+    def usage_chunk(self, stats: ReplyStats) -> dict[str, Any]:
+        return {**self._head("chat.completion.chunk"), "choices": [], "usage": usage(stats)}
+
+    def _head(self, kind: str) -> dict[str, Any]:
+        return {"id": self.id, "object": kind, "created": self.created, "model": self.model}
+
+
+def models_list(name: str | None, created: int) -> dict[str, Any]:
+    """``/v1/models``: the loaded model, which answers whatever model a request names."""
+    data = [] if name is None else [{
+        "id": name, "object": "model", "created": created, "owned_by": "fireside",
+        "description": "The model loaded in Fireside. It answers every request, whatever "
+                       "model the request names."}]
+    return {"object": "list", "data": data}
+
+
+def error_for(err: BaseException) -> ApiError:
+    """What a failed reply tells the client."""
+    if isinstance(err, ApiError):
+        return err
+    if isinstance(err, PromptTooLong):
+        return ApiError(400, str(err), param="messages", code="context_length_exceeded")
+    if isinstance(err, templates.TemplateError):
+        return ApiError(400, f"The model's chat template refused these messages: {err}",
+                        param="messages")
+    if isinstance(err, NoModelLoaded | EngineClosed):
+        return no_model(str(err))
+    if isinstance(err, EngineError):
+        return ApiError(500, str(err), kind="server_error")
+    return ApiError(500, f"Fireside could not answer ({type(err).__name__}).",
+                    kind="server_error")
