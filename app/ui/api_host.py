@@ -57,7 +57,7 @@ class ApiHost(QObject):
         server = self.server
         if server is None:
             return self.problem
-        text = f"Serving the loaded model at {server.url}"
+        text = f"Serving at {server.url}"
         if server.busy:
             text += " · answering a request"
         if server.waiting:

@@ -95,7 +95,9 @@ def test_the_loaded_model_answers_as_it_does_in_fireside_streamed_or_not(
         core: Fireside, serve: Serve) -> None:
     server = serve()
     with client(server) as api:
-        listed = api.models.list().data
+        raw = api.models.with_raw_response.list()
+        listed = raw.parse().data
+    assert raw.status_code == 200 and raw.headers["content-type"] == "application/json"
     assert [m.id for m in listed] == [SMOLLM2]
     whole = ask(server)
     text, last = streamed(server)

@@ -46,7 +46,8 @@ def test_the_server_turned_on_in_settings_serves_beside_the_users_chat(
     url = f"http://127.0.0.1:{port}/v1"
     qtbot.waitUntil(lambda: url in window.status.serving.text(), timeout=10_000)
     assert url in page.status.text()
-    assert settings.load().settings.serve_api  # on again at the next start
+    # On again at the next start (settings reach the disk off the GUI thread).
+    qtbot.waitUntil(lambda: settings.load().settings.serve_api, timeout=10_000)
 
     # Another app's long request holds the model; the user's message waits its turn.
     answered: dict[str, tuple[str, str]] = {}
