@@ -199,7 +199,8 @@ class _TerminalChat:
         stats = result.reply.stats
         self.out.text("\n")
         self.out.event("reply", text=result.reply.text, prompt_tokens=stats.prompt_tokens,
-                       cached_tokens=stats.cached_tokens, tokens=stats.tokens,
+                       cached_tokens=stats.cached_tokens,
+                       restored_tokens=stats.restored_tokens, tokens=stats.tokens,
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
                        dropped_turns=stats.dropped_turns)

@@ -12,6 +12,7 @@ queue is busy while a reply streams. The thread and its queue are
 
 from __future__ import annotations
 
+import ctypes
 import gc
 import logging
 import os
@@ -27,7 +28,7 @@ import llama_cpp
 import llama_cpp._internals as llama_internals
 import psutil
 
-from app.core import catalog, gguf, llama_runtime, memory, templates
+from app.core import catalog, gguf, llama_runtime, memory, seq_states, templates
 from app.core.backend import (
     EngineClosed,
     EngineError,
@@ -90,6 +91,9 @@ class Engine(OneThreadBackend):
         # Checked by llama.cpp between graph nodes while a prompt is processed, so a
         # stop does not wait for a whole batch. The object must outlive the context.
         self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
+        # Conversations left: their sequence states, restored on the way back.
+        self.states = seq_states.StateCache()
+        self._model_key: seq_states.ModelKey | None = None
         super().__init__("fireside-inference")
 
     def tokenize(self, text: str, special: bool = False) -> Future[list[int]]:
@@ -111,6 +115,7 @@ class Engine(OneThreadBackend):
 
     def _clear(self) -> None:
         llm = self._require_llm()
+        self._keep_sequence()
         llm.reset()
         llm._ctx.kv_cache_clear()
 
@@ -123,6 +128,7 @@ class Engine(OneThreadBackend):
             raise LoadCancelled(f"Loading {path.name} was cancelled.")
         header = self._check(path, options)  # refuses before the current model is touched
         previous = self._loaded
+        self._keep_sequence()  # switching back restores it
         self._unload()
         try:
             return self._open(path, options, on_progress, header.context_length or 0, cancel)
@@ -220,6 +226,7 @@ class Engine(OneThreadBackend):
         architecture = metadata.get("general.architecture", "unknown")
         self._known_architectures.add(architecture)
         self._llm = llm
+        self._model_key = _model_key(path, llm.n_ctx())
         self._loaded = LoadedModel(
             path=path, name=catalog.display_name(metadata, path),
             architecture=architecture, n_ctx=llm.n_ctx(),
@@ -232,6 +239,7 @@ class Engine(OneThreadBackend):
 
     def _unload(self) -> None:
         llm, self._llm, self._loaded = self._llm, None, None
+        self._model_key = None
         if llm is not None:
             llm.close()
             del llm
@@ -247,14 +255,20 @@ class Engine(OneThreadBackend):
         assert model is not None
         plan = plan_prompt(build, LlamaSession(llm, model))
         tokens = plan.tokens
+        started = time.perf_counter()  # a state kept or restored counts in the wait
         cached = reusable_prefix(llm._input_ids, tokens)  # what generate() will reuse
+        restored = 0
+        if llm.n_tokens - cached >= seq_states.MIN_TOKENS:
+            self._keep_sequence()  # about to be overwritten: another conversation's
+        saved = self.states.best(self._model_key, tokens, cached) if self._model_key else None
+        if saved is not None and self._restore(llm, *saved):
+            restored = cached = saved[1]
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         decoder = PieceDecoder(vocab)
         parts: list[str] = []
         produced = 0
         finish: FinishReason = "length"
-        started = time.perf_counter()
         first_at = last_at = started
         self._active = handle
         # The abort check costs a Python call per graph node: worth it while a long
@@ -308,12 +322,54 @@ class Engine(OneThreadBackend):
             first_at = last_at = time.perf_counter()
         decode_s = last_at - first_at
         stats = ReplyStats(
-            prompt_tokens=len(tokens), cached_tokens=cached, tokens=produced,
+            prompt_tokens=len(tokens), cached_tokens=cached, restored_tokens=restored,
+            tokens=produced,
             ttft_s=first_at - started,
             tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
             finish_reason=finish,
             dropped_turns=plan.dropped_turns, model=model.name)
         return Reply("".join(parts), stats)
+
+
+    # Sequence states -------------------------------------------------------------
+
+    def _keep_sequence(self) -> None:
+        """Save the sequence as it is, if it holds enough to be worth restoring."""
+        llm, key = self._llm, self._model_key
+        if llm is None or key is None or llm.n_tokens < seq_states.MIN_TOKENS:
+            return
+        ctx = llm._ctx.ctx
+        size = llama_cpp.llama_state_seq_get_size(ctx, 0)
+        if size <= 0 or size > self.states.budget:
+            return
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
+        if written <= 0:
+            return
+        tokens = tuple(int(t) for t in llm._input_ids)
+        self.states.put(seq_states.SavedState(key, tokens, ctypes.string_at(buffer, written)))
+
+    def _restore(self, llm: llama_cpp.Llama, saved: seq_states.SavedState, keep: int) -> bool:
+        """Put ``saved`` into the one sequence, its first ``keep`` tokens in use (the rest
+        is dropped when the prompt is read); False (and the sequence empty) if llama.cpp
+        refuses it, and the prompt is then read in full."""
+        llm._ctx.kv_cache_clear()
+        buffer = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        if llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, len(saved.data), 0) \
+                != len(saved.data):
+            logger.warning("a saved sequence state was refused; reading the prompt again")
+            llm.reset()
+            llm._ctx.kv_cache_clear()
+            return False
+        llm.input_ids[:len(saved.tokens)] = saved.tokens
+        llm.n_tokens = keep  # generate() evaluates from here, removing what follows
+        return True
+
+
+def _model_key(path: Path, n_ctx: int) -> seq_states.ModelKey:
+    stat = path.stat()
+    return seq_states.ModelKey(str(path), stat.st_size, stat.st_mtime_ns, n_ctx,
+                               f"n_batch={BATCH_SIZE}")
 
 
 class _Stopped(Exception):

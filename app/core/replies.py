@@ -29,6 +29,8 @@ class ReplyStats:
     dropped_turns: int = 0
     model: str = ""
     problem: str = ""  # why a reply was cut off, for the user
+    # Of cached_tokens, those restored from the conversation's saved state.
+    restored_tokens: int = 0
 
     @property
     def stopped(self) -> bool:
@@ -59,7 +61,8 @@ class ReplyStats:
                    ttft_s=float(number("ttft_s")), tokens_per_s=float(number("tokens_per_s")),
                    finish_reason=reason, dropped_turns=int(number("dropped_turns")),
                    model=model if isinstance(model, str) else "",
-                   problem=problem if isinstance(problem, str) else "")
+                   problem=problem if isinstance(problem, str) else "",
+                   restored_tokens=int(number("restored_tokens")))
 
 
 @dataclass(frozen=True)
@@ -77,8 +80,10 @@ def describe(stats: ReplyStats) -> list[str]:
     if stats.ttft_s:
         lines.append(f"First token after {stats.ttft_s:.2f} s")
     if stats.prompt_tokens:
+        restored = (f" ({stats.restored_tokens:,} restored from when this conversation was "
+                    "left)" if stats.restored_tokens else "")
         lines.append(f"{stats.cached_tokens:,} of {stats.prompt_tokens:,} prompt tokens "
-                     "reused from cache")
+                     f"reused from cache{restored}")
     if stats.dropped_turns > 0:
         turns = "turn" if stats.dropped_turns == 1 else "turns"
         lines.append(f"{stats.dropped_turns} earlier {turns} left out to fit the context")
