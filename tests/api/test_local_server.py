@@ -189,6 +189,17 @@ def test_web_pages_other_hosts_and_wrong_tokens_are_refused(serve: Serve) -> Non
     status, _ = curl(f"{server.url}/models", "-H", "Authorization: Bearer sesame-31",
                      "-H", "Origin: http://localhost:3000")  # a page on this computer
     assert status == 200
+    # A browser asks first (a preflight, with no token): a page on this computer may go
+    # on, a page of another site may not.
+    preflight = ("-X", "OPTIONS", "-D", "-", "-H", "Access-Control-Request-Method: POST",
+                 "-H", "Access-Control-Request-Headers: authorization, content-type")
+    status, head = curl(f"{server.url}/chat/completions", *preflight,
+                        "-H", "Origin: http://localhost:3000")
+    assert status == 200
+    assert "access-control-allow-origin: http://localhost:3000" in head.lower()
+    status, _ = curl(f"{server.url}/chat/completions", *preflight,
+                     "-H", "Origin: https://evil.example")
+    assert status == 403
 
 
 def test_a_port_in_use_is_said_and_the_default_moves_to_the_next_free_one(

@@ -128,6 +128,16 @@ def test_a_servers_model_chats_like_a_local_one_and_the_conversation_moves_betwe
     assert controller.conversation_id == conversation
     assert [m.role for m in saved_messages(conversation or -1)] == ["user", "assistant"] * 3
 
+    # The last message edited: the server writes its reply again from the new text.
+    before = saved_messages(conversation or -1)[:4]
+    bare_client_answer(served, smollm2_path, "Two more?", before)
+    with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS) as edited:
+        controller.edit_last("Two more?", conversation)
+    answer, stats = edited.args
+    assert answer == bare_client_answer(served, smollm2_path, "Two more?", before)
+    assert stats.model.endswith("on box")
+    assert [m.text for m in saved_messages(conversation or -1)][4:] == ["Two more?", answer]
+
 
 def test_a_server_killed_mid_reply_keeps_the_text_and_any_model_goes_on(
         open_window: WindowFactory, qtbot: Any, served: Served, smollm2_path: Path,
