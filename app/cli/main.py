@@ -54,6 +54,12 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--context", type=int, help="context size in tokens")
     chat.add_argument("--threads", type=int)
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
+    going_on = chat.add_mutually_exclusive_group()
+    going_on.add_argument("--conversation", type=int, metavar="ID",
+                          help="go on with this stored conversation (ids: `fireside export "
+                               "--all --format json`)")
+    going_on.add_argument("--continue", dest="continue_last", action="store_true",
+                          help="go on with the most recent conversation")
 
     servers = commands.add_parser("servers", help="model servers to chat with beside local "
                                   "models (OpenAI-compatible: llama-server, vLLM, Ollama…)")
@@ -140,8 +146,10 @@ def run(args: argparse.Namespace) -> int:
 def chat_instead_of_window(args: argparse.Namespace) -> int:
     """A terminal chat with the saved settings: for a build that has no window."""
     for name in ("prompt", "model", "system", "temperature", "top_p", "top_k", "min_p",
-                 "repeat_penalty", "seed", "max_tokens", "context", "threads"):
+                 "repeat_penalty", "seed", "max_tokens", "context", "threads",
+                 "conversation"):
         setattr(args, name, None)
+    args.continue_last = False
     args.json = False
     args.command = "chat"
     return run(args)

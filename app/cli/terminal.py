@@ -105,6 +105,9 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
     try:
         if load_model(core, model_path, out) is None:
             return 1
+        if (args.conversation is not None or args.continue_last) and \
+                not _go_on(core, args.conversation, out):
+            return 2
         if args.prompt is None and not out.as_json:
             out.note("Type /new for a new chat, /model NAME to switch, /quit to leave.")
         session = _TerminalChat(core, out)
@@ -118,6 +121,27 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         return 0
     finally:
         restore_signal_handlers(previous_handlers)
+
+
+def _go_on(core: Fireside, conversation_id: int | None, out: Output) -> bool:
+    """Open a stored conversation (the most recent if None) for the chat to go on with."""
+    if conversation_id is None:
+        latest = core.conversations()
+        if not latest:
+            out.error("There is no conversation to continue yet.")
+            return False
+        conversation_id = latest[0].id
+    history = core.open_conversation(conversation_id).result()
+    conversation = core.conversation()
+    if history is None or conversation is None:
+        out.error(f"There is no conversation with id {conversation_id}. "
+                  "`fireside export --all --format json` lists them.")
+        return False
+    out.event("conversation_opened", id=conversation_id, title=conversation.title,
+              messages=len(history))
+    if not out.as_json:
+        out.note(f"Going on with “{conversation.title}” ({len(history)} messages).")
+    return True
 
 
 def _save_the_rest(core: Fireside, out: Output) -> int:

@@ -18,6 +18,7 @@ from typing import Any, Protocol, TypeVar
 
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import Reply
+from app.core.seq_states import StateCache
 from app.core.templates import ChatTemplate, Segment
 
 T = TypeVar("T")
@@ -164,6 +165,13 @@ class Backend(Protocol):
         """Stop the running reply and any queued ones; their text so far is kept."""
         ...
 
+    @property
+    def states(self) -> StateCache:
+        """Sequence states kept for conversations left (empty where none are kept)."""
+        ...
+
+    def clear_states(self) -> Future[None]: ...
+
     def close(self, timeout: float = 2.0) -> bool:
         """Stop everything and release the model; True if that finished in time."""
         ...
@@ -190,6 +198,7 @@ class OneThreadBackend:
         self._loaded: LoadedModel | None = None
         self._load_cancels: set[threading.Event] = set()  # one per queued or running load
         self._replies: set[ReplyHandle] = set()
+        self._states = StateCache()  # on this thread only; a backend that keeps states fills it
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
@@ -220,6 +229,14 @@ class OneThreadBackend:
                     self._load_cancels.discard(cancel)
 
         return self._submit(run)
+
+    @property
+    def states(self) -> StateCache:
+        return self._states
+
+    def clear_states(self) -> Future[None]:
+        """Forget the sequence states kept (on the thread that uses them)."""
+        return self._submit(self._states.clear)
 
     def cancel_load(self) -> None:
         """Cancel the running load and any queued ones; the previous model comes back."""

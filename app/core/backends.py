@@ -15,6 +15,7 @@ from pathlib import Path
 from app.core import servers
 from app.core.backend import Backend, LoadedModel, PieceCallback, PromptBuilder, ReplyHandle
 from app.core.options import LoadOptions, Sampling
+from app.core.seq_states import StateCache
 
 
 class Backends:
@@ -58,6 +59,13 @@ class Backends:
     def stop(self) -> None:
         self.local.stop()
         self.remote.stop()
+
+    @property
+    def states(self) -> StateCache:
+        return self.local.states  # a server keeps its own
+
+    def clear_states(self) -> Future[None]:
+        return self.local.clear_states()
 
     def close(self, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -91,8 +91,6 @@ class Engine(OneThreadBackend):
         # Checked by llama.cpp between graph nodes while a prompt is processed, so a
         # stop does not wait for a whole batch. The object must outlive the context.
         self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
-        # Conversations left: their sequence states, restored on the way back.
-        self.states = seq_states.StateCache()
         self._model_key: seq_states.ModelKey | None = None
         super().__init__("fireside-inference")
 
@@ -260,7 +258,7 @@ class Engine(OneThreadBackend):
         restored = 0
         if llm.n_tokens - cached >= seq_states.MIN_TOKENS:
             self._keep_sequence()  # about to be overwritten: another conversation's
-        saved = self.states.best(self._model_key, tokens, cached) if self._model_key else None
+        saved = self._states.best(self._model_key, tokens, cached) if self._model_key else None
         if saved is not None and self._restore(llm, *saved):
             restored = cached = saved[1]
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
@@ -340,14 +338,14 @@ class Engine(OneThreadBackend):
             return
         ctx = llm._ctx.ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        if size <= 0 or size > self.states.budget:
+        if size <= 0 or size > self._states.budget:
             return
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
         if written <= 0:
             return
         tokens = tuple(int(t) for t in llm._input_ids)
-        self.states.put(seq_states.SavedState(key, tokens, ctypes.string_at(buffer, written)))
+        self._states.put(seq_states.SavedState(key, tokens, ctypes.string_at(buffer, written)))
 
     def _restore(self, llm: llama_cpp.Llama, saved: seq_states.SavedState, keep: int) -> bool:
         """Put ``saved`` into the one sequence, its first ``keep`` tokens in use (the rest

@@ -49,10 +49,7 @@ class StateCache:
         self.budget = default_budget() if budget_bytes is None else budget_bytes
         self._states: OrderedDict[tuple[ModelKey, tuple[int, ...]], SavedState] = \
             OrderedDict()
-
-    @property
-    def used(self) -> int:
-        return sum(len(s.data) for s in self._states.values())
+        self.used = 0  # bytes; read from any thread (the cache lives on the inference one)
 
     def __len__(self) -> int:
         return len(self._states)
@@ -64,12 +61,11 @@ class StateCache:
             return
         for key, kept in list(self._states.items()):
             if kept.model == state.model and state.tokens[:len(kept.tokens)] == kept.tokens:
-                del self._states[key]
+                self._drop(key)
         self._states[(state.model, state.tokens)] = state
-        used = self.used
-        while used > self.budget:
-            _key, oldest = self._states.popitem(last=False)
-            used -= len(oldest.data)
+        self.used += len(state.data)
+        while self.used > self.budget:
+            self._drop(next(iter(self._states)))
 
     def best(self, model: ModelKey, prompt: Sequence[int],
              reused: int) -> tuple[SavedState, int] | None:
@@ -90,6 +86,10 @@ class StateCache:
 
     def clear(self) -> None:
         self._states.clear()
+        self.used = 0
+
+    def _drop(self, key: tuple[ModelKey, tuple[int, ...]]) -> None:
+        self.used -= len(self._states.pop(key).data)
 
 
 def _shared_start(a: Sequence[int], b: Sequence[int]) -> int:

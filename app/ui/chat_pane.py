@@ -39,7 +39,7 @@ class ChatPane(QObject):
         super().__init__(window)
         event_loop.ensure()
         self.window = window
-        tasks = event_loop.Tasks()  # one set: the window is busy while either works
+        self._tasks = tasks = event_loop.Tasks()  # one set: busy while either works
         self.controller = ChatController(core, background, tasks, self)
         self.models = ModelController(core, background, tasks, self)
         self.api = ApiHost(core, self)  # Fireside's local API, when the user turns it on
@@ -113,12 +113,23 @@ class ChatPane(QObject):
         dialog.reload_requested.connect(self.models.reload)
         dialog.servers_changed.connect(self.models.ask_servers)
         dialog.api_page.changed.connect(self.api.apply)
+        states = self.models.core.engine.states
+        dialog.set_states_source(lambda: (len(states), states.used))
+        dialog.clear_states_requested.connect(self._on_clear_states_requested)
         dialog.api_page.show_status(self.api.status())
         dialog.servers_page.set_listings(self.models.core.library.listings)
         dialog.set_models(self.models.core.library.entries)
         dialog.set_sources(self.models.core.library.sources)
         if self.models.model is not None:
             dialog.set_model(self.models.model.path, self.models.model.name)
+
+    def _on_clear_states_requested(self) -> None:
+        async def clear() -> None:
+            await event_loop.wait(self.models.core.engine.clear_states())
+            if self._settings is not None:
+                self._settings.show_saved_states()
+
+        self._tasks.spawn(clear())
 
     def _on_api_changed(self) -> None:
         status = self.api.status()

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QIntValidator
+from PySide6.QtGui import QHideEvent, QIntValidator, QShowEvent
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -137,6 +137,8 @@ class SettingsDialog(QDialog):
     """The user wants to know about Fireside (version, licenses)."""
     servers_changed = Signal()
     """A model server was added or removed: ask the servers again."""
+    clear_states_requested = Signal()
+    """The user wants the states kept for conversations left forgotten."""
 
     def __init__(self, prefs: Settings, save: Callable[[], None], models_dir: Path,
                  parent: QWidget | None = None) -> None:
@@ -250,6 +252,21 @@ class SettingsDialog(QDialog):
         reload_button.clicked.connect(self.reload_requested)
         form.addRow(applies)
         form.addRow(_left(reload_button))
+
+        # What going back to a conversation restores instead of reading it again.
+        self.saved_states = QLabel(page)
+        self.saved_states.setObjectName("savedStatesLabel")
+        clear_states = self._button("Clear", "clearStatesButton", page)
+        clear_states.clicked.connect(self.clear_states_requested)
+        row = QHBoxLayout()
+        row.addWidget(self.saved_states, 1)
+        row.addWidget(clear_states)
+        form.addRow("Conversations left", row)
+        self._states_source: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self._states_timer = QTimer(self)
+        self._states_timer.setInterval(1000)  # while the dialog is open
+        self._states_timer.timeout.connect(self.show_saved_states)
+        self.show_saved_states()
         return page
 
     def _replies_tab(self) -> QWidget:
@@ -357,6 +374,26 @@ class SettingsDialog(QDialog):
         return box
 
     # Models ----------------------------------------------------------------------
+
+    def set_states_source(self, source: Callable[[], tuple[int, int]]) -> None:
+        """Where the count and the bytes of the states kept are read (any thread)."""
+        self._states_source = source
+        self.show_saved_states()
+
+    def show_saved_states(self) -> None:
+        count, size = self._states_source()
+        self.saved_states.setText(
+            f"{count} kept in memory ({size / 2**20:,.0f} MB): going back to them is "
+            "instant" if count else "None kept: a conversation is kept when you leave it")
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.show_saved_states()
+        self._states_timer.start()
+
+    def hideEvent(self, event: QHideEvent) -> None:
+        self._states_timer.stop()
+        super().hideEvent(event)
 
     def set_models(self, entries: Sequence[ModelEntry]) -> None:
         """Offer these models (the usable ones) as the model to load at start."""

@@ -44,8 +44,8 @@ def main(rounds: int) -> int:
             core.load(model).result()
             figures: dict[str, list[float]] = {"restored": [], "full": [], "switch": []}
             for _ in range(rounds):
-                states = core.engine.local.states  # type: ignore[attr-defined]
-                states.clear()
+                states = core.engine.states
+                core.engine.clear_states().result()
                 core.new_chat().result()
                 stats = None
                 n = 0
@@ -64,7 +64,7 @@ def main(rounds: int) -> int:
                 switched = again(core)
                 figures["switch"].append(switched.ttft_s)
                 core.new_chat().result()
-                states.clear()
+                core.engine.clear_states().result()
                 core.open_conversation(conversation).result()
                 full = again(core)
                 figures["full"].append(full.ttft_s)

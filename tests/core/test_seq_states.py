@@ -39,7 +39,7 @@ def regenerate(core: Fireside) -> tuple[str, ReplyStats]:
 
 
 def states(core: Fireside) -> Any:
-    return core.engine.local.states  # type: ignore[attr-defined]
+    return core.engine.states
 
 
 def long_conversation(core: Fireside) -> int:
@@ -54,7 +54,7 @@ def full_reading_of_the_last_reply(core: Fireside, conversation: int) -> tuple[s
                                                                                ReplyStats]:
     """The last reply of ``conversation`` written again with nothing saved to restore."""
     core.new_chat().result()
-    states(core).clear()
+    core.engine.clear_states().result()
     core.open_conversation(conversation).result()
     return regenerate(core)
 
