@@ -129,6 +129,7 @@ class ReplyHandle:
     """A reply being generated: its future, and a way to stop it."""
 
     future: Future[Reply] = field(default_factory=Future)
+    owner: int | None = None  # the conversation the reply is for (its states are its own)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def stop(self) -> None:
@@ -157,8 +158,10 @@ class Backend(Protocol):
         ...
 
     def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None) -> ReplyHandle:
-        """Stream a reply; ``on_piece`` is called (on the backend's thread) per piece."""
+                 on_piece: PieceCallback | None = None,
+                 owner: int | None = None) -> ReplyHandle:
+        """Stream a reply; ``on_piece`` is called (on the backend's thread) per piece.
+        ``owner``: the stored conversation it answers, if one."""
         ...
 
     def stop(self) -> None:
@@ -171,6 +174,10 @@ class Backend(Protocol):
         ...
 
     def clear_states(self) -> Future[None]: ...
+
+    def forget_states(self, owner: int) -> Future[None]:
+        """Delete what is kept of conversation ``owner`` (it was deleted)."""
+        ...
 
     def close(self, timeout: float = 2.0) -> bool:
         """Stop everything and release the model; True if that finished in time."""
@@ -193,12 +200,13 @@ class OneThreadBackend:
     ``_unload`` (called on that thread, the last one when it ends).
     """
 
-    def __init__(self, thread_name: str) -> None:
+    def __init__(self, thread_name: str, states: StateCache | None = None) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._loaded: LoadedModel | None = None
         self._load_cancels: set[threading.Event] = set()  # one per queued or running load
         self._replies: set[ReplyHandle] = set()
-        self._states = StateCache()  # on this thread only; a backend that keeps states fills it
+        # On this thread only; a backend that keeps states fills it.
+        self._states = states if states is not None else StateCache()
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
@@ -238,6 +246,9 @@ class OneThreadBackend:
         """Forget the sequence states kept (on the thread that uses them)."""
         return self._submit(self._states.clear)
 
+    def forget_states(self, owner: int) -> Future[None]:
+        return self._submit(lambda: self._forget(owner))
+
     def cancel_load(self) -> None:
         """Cancel the running load and any queued ones; the previous model comes back."""
         with self._lock:
@@ -249,9 +260,10 @@ class OneThreadBackend:
         return self._submit(self._clear)
 
     def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None) -> ReplyHandle:
+                 on_piece: PieceCallback | None = None,
+                 owner: int | None = None) -> ReplyHandle:
         """Stream a reply. ``on_piece`` is called on the backend's thread for each piece."""
-        handle = ReplyHandle()
+        handle = ReplyHandle(owner=owner)
         with self._lock:
             self._replies.add(handle)
 
@@ -305,7 +317,7 @@ class OneThreadBackend:
                 job.future.set_result(job.run())
             except BaseException as exc:  # delivered to the caller, never lost
                 job.future.set_exception(exc)
-        self._unload()
+        self._leave()
         # Jobs that raced with close() must not wait forever.
         while True:
             try:
@@ -329,3 +341,10 @@ class OneThreadBackend:
 
     def _unload(self) -> None:
         raise NotImplementedError
+
+    def _forget(self, owner: int) -> None:
+        self._states.forget(owner)
+
+    def _leave(self) -> None:
+        """The last thing the thread does, as the backend closes."""
+        self._unload()

@@ -53,8 +53,9 @@ class Backends:
         return self._active.clear()
 
     def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None) -> ReplyHandle:
-        return self._active.generate(build, sampling, on_piece)
+                 on_piece: PieceCallback | None = None,
+                 owner: int | None = None) -> ReplyHandle:
+        return self._active.generate(build, sampling, on_piece, owner)
 
     def stop(self) -> None:
         self.local.stop()
@@ -66,6 +67,9 @@ class Backends:
 
     def clear_states(self) -> Future[None]:
         return self.local.clear_states()
+
+    def forget_states(self, owner: int) -> Future[None]:
+        return self.local.forget_states(owner)
 
     def close(self, timeout: float = 2.0) -> bool:
         deadline = time.monotonic() + timeout

@@ -274,7 +274,8 @@ class ChatService:
             if on_piece is not None:
                 on_piece(text)
 
-        handle = self.engine.generate(build, sampling, piece)
+        handle = self.engine.generate(build, sampling, piece,
+                                      conversation_id if conversation_id > 0 else None)
         turn = ChatTurn(handle, conversation_id)
 
         def finished(done: Future[Reply]) -> None:

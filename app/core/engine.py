@@ -12,14 +12,17 @@ queue is busy while a reply streams. The thread and its queue are
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import gc
 import logging
 import os
 import random
+import struct
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -28,7 +31,16 @@ import llama_cpp
 import llama_cpp._internals as llama_internals
 import psutil
 
-from app.core import catalog, gguf, llama_runtime, memory, seq_states, templates
+from app.core import (
+    catalog,
+    gguf,
+    header_cache,
+    llama_runtime,
+    memory,
+    seq_states,
+    state_files,
+    templates,
+)
 from app.core.backend import (
     EngineClosed,
     EngineError,
@@ -57,6 +69,9 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 BATCH_SIZE = 512
+# As the engine closes, how long the state of the conversation left may take to reach
+# the disk; past that it is not kept (the window closes within its bound regardless).
+LEAVE_WRITE_S = 1.0
 
 
 def default_threads() -> int:
@@ -83,7 +98,10 @@ class LlamaSession(Session):
 
 
 class Engine(OneThreadBackend):
-    def __init__(self) -> None:
+    def __init__(self, states_dir: Path | None = None, memory_budget: int | None = None,
+                 disk_budget: int = state_files.DEFAULT_BUDGET) -> None:
+        """``states_dir``: where sequence states are kept on disk (None: memory only);
+        the budgets are in bytes (memory's default depends on this computer's)."""
         self._llm: llama_cpp.Llama | None = None  # inference thread only
         self._known_architectures: set[str] = set()
         self._footprints: dict[Path, int] = {}  # estimated memory of models checked
@@ -92,7 +110,10 @@ class Engine(OneThreadBackend):
         # stop does not wait for a whole batch. The object must outlive the context.
         self._abort_callback = llama_cpp.ggml_abort_callback(self._should_abort)
         self._model_key: seq_states.ModelKey | None = None
-        super().__init__("fireside-inference")
+        self._owner: int | None = None  # the conversation whose history the sequence holds
+        disk = None if states_dir is None else state_files.StateFolder(
+            states_dir, f"llama-cpp-python {llama_cpp.__version__}", disk_budget)
+        super().__init__("fireside-inference", seq_states.StateCache(memory_budget, disk))
 
     def tokenize(self, text: str, special: bool = False) -> Future[list[int]]:
         def run() -> list[int]:
@@ -114,8 +135,22 @@ class Engine(OneThreadBackend):
     def _clear(self) -> None:
         llm = self._require_llm()
         self._keep_sequence()
+        self._empty(llm)
+
+    def _empty(self, llm: llama_cpp.Llama) -> None:
         llm.reset()
         llm._ctx.kv_cache_clear()
+        self._owner = None
+
+    def _forget(self, owner: int) -> None:
+        if self._llm is not None and self._owner == owner:
+            self._empty(self._llm)  # its history goes with it, not kept
+        self._states.forget(owner)
+
+    def _leave(self) -> None:
+        self._keep_sequence()  # the next start finds it on disk
+        self._unload()
+        self._states.close(timeout=LEAVE_WRITE_S)
 
     # Loading ---------------------------------------------------------------------
 
@@ -143,13 +178,19 @@ class Engine(OneThreadBackend):
     def _check(self, path: Path, options: LoadOptions) -> gguf.GGUFHeader:
         """Refuse a file that cannot work, without unloading the current model."""
         try:
-            header = gguf.read_header(path)
+            # Usually already read for the library: then a lookup, checked against the
+            # file's size, inode and mtime. A miss is read the fast way; damage that only
+            # the exact way would find (inside the vocabulary) llama.cpp refuses at load,
+            # and the previous model is loaded again.
+            header = header_cache.cached_header(path)
         except gguf.GGUFError as err:
             raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
         self._check_memory(path, header, options)
-        architecture = header.architecture or "unknown"
-        if architecture not in self._known_architectures:
+        architecture = header.architecture
+        if architecture is None:
             self._check_vocab(path)
+        elif architecture not in self._known_architectures:
+            self._check_architecture(path, architecture)
         template_text = options.template_override or header.text("tokenizer.chat_template")
         if template_text is not None:
             try:
@@ -173,9 +214,46 @@ class Engine(OneThreadBackend):
             raise NotEnoughMemory(reason)
         self._footprints[path] = memory.estimate(header, n_ctx).total
 
+    def _check_architecture(self, path: Path, architecture: str) -> None:
+        """Refuse an architecture this llama.cpp does not know, in about a millisecond.
+
+        llama.cpp reads the architecture before anything else, so a vocabulary-only load
+        of a file that names it and holds nothing more fails there for an unknown one
+        (with the message the model file itself would get) and at the hyperparameters
+        for a known one. A vocabulary-only load of the model itself reads its whole
+        vocabulary: 0.5 s for Gemma 3's 262k tokens, on the first switch to it.
+        """
+        name = architecture.encode("utf-8", "surrogatepass")
+        key = b"general.architecture"
+        probe = (gguf.MAGIC + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key
+                 + struct.pack("<IQ", gguf.ValueType.STRING, len(name)) + name)
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = True
+        try:
+            handle, probe_path = tempfile.mkstemp(prefix="fireside-arch-", suffix=".gguf")
+        except OSError:  # no writable temporary folder: ask the model file itself
+            self._check_vocab(path)
+            return
+        llama_runtime.router.recent_errors.clear()
+        try:
+            with os.fdopen(handle, "wb") as file:
+                file.write(probe)
+            with _quiet(logging.getLogger("fireside.llama")):  # its refusal is expected
+                model = llama_internals.LlamaModel(path_model=probe_path, params=params,
+                                                   verbose=True)
+            model.close()
+        except (ValueError, OSError):
+            if any("unknown model architecture" in e
+                   for e in llama_runtime.router.recent_errors):
+                raise ModelLoadError(f"{path.name} cannot be used: {_llama_reason()}") from None
+        finally:
+            with contextlib.suppress(OSError):
+                os.unlink(probe_path)
+        self._known_architectures.add(architecture)
+
     def _check_vocab(self, path: Path) -> None:
-        # A vocabulary-only load takes milliseconds and tells whether this llama.cpp
-        # knows the architecture; the weights are not read.
+        # A vocabulary-only load tells whether this llama.cpp can read the file's
+        # architecture (here: a file that names none); the weights are not read.
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = True
         llama_runtime.router.recent_errors.clear()
@@ -237,7 +315,7 @@ class Engine(OneThreadBackend):
 
     def _unload(self) -> None:
         llm, self._llm, self._loaded = self._llm, None, None
-        self._model_key = None
+        self._model_key, self._owner = None, None
         if llm is not None:
             llm.close()
             del llm
@@ -261,6 +339,7 @@ class Engine(OneThreadBackend):
         saved = self._states.best(self._model_key, tokens, cached) if self._model_key else None
         if saved is not None and self._restore(llm, *saved):
             restored = cached = saved[1]
+        self._owner = handle.owner
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         decoder = PieceDecoder(vocab)
@@ -338,21 +417,23 @@ class Engine(OneThreadBackend):
             return
         ctx = llm._ctx.ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
-        if size <= 0 or size > self._states.budget:
+        if size <= 0:
             return
-        buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(ctx, buffer, size, 0)
-        if written <= 0:
+        # llama.cpp writes into the bytes kept: no copy made while holding the GIL, so
+        # the window's thread does not wait on it.
+        data = seq_states.new_bytes(size)
+        if llama_cpp.llama_state_seq_get_data(ctx, data, size, 0) != size:
             return
         tokens = tuple(int(t) for t in llm._input_ids)
-        self._states.put(seq_states.SavedState(key, tokens, ctypes.string_at(buffer, written)))
+        self._states.put(seq_states.SavedState(key, tokens, data, self._owner))
 
     def _restore(self, llm: llama_cpp.Llama, saved: seq_states.SavedState, keep: int) -> bool:
         """Put ``saved`` into the one sequence, its first ``keep`` tokens in use (the rest
         is dropped when the prompt is read); False (and the sequence empty) if llama.cpp
         refuses it, and the prompt is then read in full."""
         llm._ctx.kv_cache_clear()
-        buffer = (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
+        buffer = saved.data if not isinstance(saved.data, bytes) \
+            else (ctypes.c_uint8 * len(saved.data)).from_buffer_copy(saved.data)
         if llama_cpp.llama_state_seq_set_data(llm._ctx.ctx, buffer, len(saved.data), 0) \
                 != len(saved.data):
             logger.warning("a saved sequence state was refused; reading the prompt again")
@@ -372,6 +453,19 @@ def _model_key(path: Path, n_ctx: int) -> seq_states.ModelKey:
 
 class _Stopped(Exception):
     pass
+
+
+@contextlib.contextmanager
+def _quiet(log: logging.Logger) -> Iterator[None]:
+    """Drop what ``log`` is given meanwhile (llama.cpp's errors still reach the router)."""
+    def drop(_record: logging.LogRecord) -> bool:
+        return False
+
+    log.addFilter(drop)
+    try:
+        yield
+    finally:
+        log.removeFilter(drop)
 
 
 def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:

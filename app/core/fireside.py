@@ -31,13 +31,14 @@ import contextlib
 import dataclasses
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import cpu_backends, servers, settings
+from app.core import cpu_backends, paths, servers, settings
 from app.core.backend import (
     Backend,
     LoadCancelled,
@@ -57,8 +58,10 @@ logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 # Leaving (a signal, the window closed): a stopped reply gets EXIT_SAVE_S to be saved,
-# then the model EXIT_CLOSE_S to close. Past that the process exits anyway (the system
-# frees the model; the database stays whole), so leaving never takes much over 1.5 s.
+# then the model what is left of EXIT_SAVE_S + EXIT_CLOSE_S (at least EXIT_CLOSE_S) to
+# close and keep the conversation's state. Past that the process exits anyway (the
+# system frees the model; the database stays whole), so leaving never takes much over
+# 1.5 s.
 EXIT_SAVE_S = 1.0
 EXIT_CLOSE_S = 0.5
 
@@ -134,7 +137,7 @@ class Fireside:
         if engine is None:
             from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
 
-            engine = Engine()
+            engine = Engine(states_dir=paths.cache_dir() / "states")
         from app.core.backends import Backends  # noqa: PLC0415
         from app.core.remote import RemoteBackend  # noqa: PLC0415
 
@@ -344,6 +347,7 @@ class Fireside:
             self.store.delete_conversation(conversation_id)
             if conversation_id == self.chat.conversation_id:
                 self._clear()
+            self.engine.forget_states(conversation_id).result()  # what the clear kept too
             return conversation
 
         return self._queue(run, preempt)
@@ -429,6 +433,7 @@ class Fireside:
         """
         if self._closed.is_set():
             return
+        deadline = time.monotonic() + EXIT_SAVE_S + EXIT_CLOSE_S
         self._closed.set()
         self.library.stop_watching()
         self._turns.shutdown(wait=False, cancel_futures=True)
@@ -442,7 +447,7 @@ class Fireside:
             reply.stop()
             with contextlib.suppress(Exception):  # leaving anyway
                 reply.future.result(timeout=EXIT_SAVE_S)
-        if not self.engine.close(timeout=EXIT_CLOSE_S):
+        if not self.engine.close(timeout=max(EXIT_CLOSE_S, deadline - time.monotonic())):
             logger.warning("the inference thread did not finish in time")
         error = self.chat.save_unsaved() if self.chat.unsaved else None  # room again?
         if error:

@@ -6,19 +6,39 @@ it stands for and the model it was made with. The engine saves the sequence befo
 is overwritten (another conversation's prompt, a new chat, a model switch) and, when a
 prompt shares a longer start with a saved state than with what the sequence holds now,
 restores it into the same sequence (up to where the two part). The most recent ones
-are kept within a memory budget; the least recently used go first.
+are kept within a memory budget, the least recently used going first; with a folder
+(:mod:`app.core.state_files`), every state is also written to disk in the background,
+where older ones stay within a budget of their own and a restart finds them.
 """
 
 from __future__ import annotations
 
+import ctypes
+import mmap
+import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, NamedTuple
 
 import psutil
 
+if TYPE_CHECKING:
+    from app.core.state_files import StateFolder
+
 GIB = 1024**3
 MIN_TOKENS = 64  # shorter histories are read again faster than a state is copied
+
+
+# A state's bytes: llama.cpp writes them in place. Mapped from the system rather than
+# allocated by Python (a bytearray, a ctypes array), which zeroes them while holding the
+# GIL: for a 60 MB state, a 50 ms pause the window's thread would feel.
+Bytes = ctypes.Array[ctypes.c_ubyte]
+
+
+def new_bytes(size: int) -> Bytes:
+    """``size`` bytes, zeroed by the system as they are first touched (not now)."""
+    return (ctypes.c_ubyte * size).from_buffer(mmap.mmap(-1, max(size, 1)))
 
 
 def default_budget() -> int:
@@ -41,29 +61,61 @@ class ModelKey:
 class SavedState:
     model: ModelKey
     tokens: tuple[int, ...]
-    data: bytes
+    data: bytes | Bytes  # never changed once made
+    owner: int | None = None  # the conversation it is the history of, if one
+
+
+class Usage(NamedTuple):
+    histories: int  # that can be restored
+    memory: int  # bytes
+    disk: int
 
 
 class StateCache:
-    def __init__(self, budget_bytes: int | None = None) -> None:
+    """The states kept, used on the inference thread (the folder writes on its own)."""
+
+    def __init__(self, budget_bytes: int | None = None,
+                 disk: StateFolder | None = None) -> None:
         self.budget = default_budget() if budget_bytes is None else budget_bytes
+        self.disk = disk if disk is not None and disk.usable else None
         self._states: OrderedDict[tuple[ModelKey, tuple[int, ...]], SavedState] = \
             OrderedDict()
-        self.used = 0  # bytes; read from any thread (the cache lives on the inference one)
+        self.used = 0  # bytes in memory
+        self._lock = threading.Lock()  # for usage(), read from other threads
 
     def __len__(self) -> int:
         return len(self._states)
 
+    def usage(self) -> Usage:
+        """What is kept, in memory and on disk (any thread)."""
+        with self._lock:
+            keys = set(self._states)
+            used = self.used
+        if self.disk is None:
+            return Usage(len(keys), used, 0)
+        entries = self.disk.entries(None)
+        keys.update((entry.model, entry.tokens) for entry in entries)
+        return Usage(len(keys), used, sum(entry.size for entry in entries))
+
     def put(self, state: SavedState) -> None:
         """Keep ``state`` as the most recent; states it makes redundant (a shorter start
         of the same history) and the least recent past the budget go."""
-        if len(state.data) > self.budget:
-            return
+        if self.disk is not None:
+            self.disk.save(state)
         for key, kept in list(self._states.items()):
             if kept.model == state.model and state.tokens[:len(kept.tokens)] == kept.tokens:
                 self._drop(key)
-        self._states[(state.model, state.tokens)] = state
-        self.used += len(state.data)
+        self._remember(state)
+
+    def _remember(self, state: SavedState) -> None:
+        if len(state.data) > self.budget:
+            return
+        key = (state.model, state.tokens)
+        if key in self._states:
+            self._drop(key)
+        with self._lock:
+            self._states[key] = state
+            self.used += len(state.data)
         while self.used > self.budget:
             self._drop(next(iter(self._states)))
 
@@ -73,23 +125,60 @@ class StateCache:
         of its tokens to keep (never the prompt's last: it is read for its logits); only
         if that is more than ``reused``, what the sequence holds already. It becomes the
         most recent."""
+        least = max(reused, MIN_TOKENS - 1)
         found: tuple[SavedState, int] | None = None
         for state in self._states.values():
             if state.model != model:
                 continue
             shared = min(_shared_start(state.tokens, prompt), len(prompt) - 1)
-            if shared > max(reused, MIN_TOKENS - 1) and (found is None or shared > found[1]):
+            if shared > least and (found is None or shared > found[1]):
                 found = (state, shared)
         if found is not None:
-            self._states.move_to_end((found[0].model, found[0].tokens))
-        return found
+            with self._lock:
+                self._states.move_to_end((found[0].model, found[0].tokens))
+        return self._from_disk(model, prompt, max(least, found[1] if found else 0)) or found
+
+    def forget(self, owner: int) -> None:
+        """Drop the states of conversation ``owner`` (it was deleted), here and on disk."""
+        for key, state in list(self._states.items()):
+            if state.owner == owner:
+                self._drop(key)
+        if self.disk is not None:
+            self.disk.forget(owner)
 
     def clear(self) -> None:
-        self._states.clear()
-        self.used = 0
+        with self._lock:
+            self._states.clear()
+            self.used = 0
+        if self.disk is not None:
+            self.disk.clear()
+
+    def close(self, timeout: float) -> None:
+        """Let the disk writes under way finish, for at most ``timeout`` seconds."""
+        if self.disk is not None:
+            self.disk.close(timeout)
+
+    def _from_disk(self, model: ModelKey, prompt: Sequence[int],
+                   beat: int) -> tuple[SavedState, int] | None:
+        """A state on disk that shares more than ``beat`` tokens with the prompt, read
+        and checked (a damaged file is passed over for the next best)."""
+        if self.disk is None:
+            return None
+        ranked = sorted(((min(_shared_start(entry.tokens, prompt), len(prompt) - 1), entry)
+                         for entry in self.disk.entries(model)),
+                        key=lambda item: item[0], reverse=True)
+        for shared, entry in ranked:
+            if shared <= beat:
+                break
+            state = self.disk.read(entry)
+            if state is not None:
+                self._remember(state)
+                return state, shared
+        return None
 
     def _drop(self, key: tuple[ModelKey, tuple[int, ...]]) -> None:
-        self.used -= len(self._states.pop(key).data)
+        with self._lock:
+            self.used -= len(self._states.pop(key).data)
 
 
 def _shared_start(a: Sequence[int], b: Sequence[int]) -> int:

@@ -113,8 +113,7 @@ class ChatPane(QObject):
         dialog.reload_requested.connect(self.models.reload)
         dialog.servers_changed.connect(self.models.ask_servers)
         dialog.api_page.changed.connect(self.api.apply)
-        states = self.models.core.engine.states
-        dialog.set_states_source(lambda: (len(states), states.used))
+        dialog.set_states_source(self.models.core.engine.states.usage)
         dialog.clear_states_requested.connect(self._on_clear_states_requested)
         dialog.api_page.show_status(self.api.status())
         dialog.servers_page.set_listings(self.models.core.library.listings)

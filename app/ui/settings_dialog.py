@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import sources
+from app.core.seq_states import Usage
 from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
 from app.ui.api_page import ApiPage
@@ -262,7 +263,7 @@ class SettingsDialog(QDialog):
         row.addWidget(self.saved_states, 1)
         row.addWidget(clear_states)
         form.addRow("Conversations left", row)
-        self._states_source: Callable[[], tuple[int, int]] = lambda: (0, 0)
+        self._states_source: Callable[[], Usage] = lambda: Usage(0, 0, 0)
         self._states_timer = QTimer(self)
         self._states_timer.setInterval(1000)  # while the dialog is open
         self._states_timer.timeout.connect(self.show_saved_states)
@@ -375,16 +376,17 @@ class SettingsDialog(QDialog):
 
     # Models ----------------------------------------------------------------------
 
-    def set_states_source(self, source: Callable[[], tuple[int, int]]) -> None:
+    def set_states_source(self, source: Callable[[], Usage]) -> None:
         """Where the count and the bytes of the states kept are read (any thread)."""
         self._states_source = source
         self.show_saved_states()
 
     def show_saved_states(self) -> None:
-        count, size = self._states_source()
+        count, memory, disk = self._states_source()
         self.saved_states.setText(
-            f"{count} kept in memory ({size / 2**20:,.0f} MB): going back to them is "
-            "instant" if count else "None kept: a conversation is kept when you leave it")
+            f"{count} kept ({memory / 2**20:,.0f} MB in memory, {disk / 2**20:,.0f} MB on "
+            "disk): going back to them is instant" if count
+            else "None kept: a conversation is kept when you leave it")
 
     def showEvent(self, event: QShowEvent) -> None:
         super().showEvent(event)

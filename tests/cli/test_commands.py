@@ -103,21 +103,28 @@ def test_conversations_from_the_terminal_are_stored_and_exported(reference: Refe
     assert PROBE in markdown and answer(reference, smollm2_path).strip() in markdown
 
 
+INTRODUCTION = ("My name is Ada. I keep a lighthouse on a small island, I read old sea "
+                "charts in the evening and I write down every ship that passes by.")
+
+
 def test_a_stored_conversation_goes_on_in_a_later_terminal_chat(smollm2_path: Path) -> None:
     greedy = ("--temperature", "0", "--max-tokens", "8", "--json")
     assert fireside("chat", "--continue", *greedy, "Hi").returncode == 2  # nothing yet
-    first = fireside("chat", *greedy, "My name is Ada.")
+    first = fireside("chat", *greedy, INTRODUCTION)
     later = fireside("chat", "--continue", *greedy, "What is my name?")
     assert first.returncode == later.returncode == 0, later.stderr
     opened, = [e for e in events(later.stdout) if e["event"] == "conversation_opened"]
     assert opened["messages"] == 2 and opened["title"]
+    # The first process kept the sequence's state as it quit: it is not read again.
+    reply, = [e for e in events(later.stdout) if e["event"] == "reply"]
+    assert reply["restored_tokens"] > 50
     by_id = fireside("chat", "--conversation", str(opened["id"]), *greedy, "Thanks.")
     assert by_id.returncode == 0
     conversations = json.loads(fireside("export", "--all", "--format", "json").stdout
                                )["conversations"]
     assert len(conversations) == 1
     users = [m["text"] for m in conversations[0]["messages"] if m["role"] == "user"]
-    assert users == ["My name is Ada.", "What is my name?", "Thanks."]
+    assert users == [INTRODUCTION, "What is my name?", "Thanks."]
     missing = fireside("chat", "--conversation", "999", *greedy, "Hello?")
     assert missing.returncode == 2 and "no conversation with id 999" in missing.stdout
 

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from app.core import settings
+from app.core.engine import Engine
 from app.core.fireside import Fireside
 from app.core.replies import ReplyStats
 from app.core.seq_states import ModelKey, SavedState, StateCache
@@ -17,11 +18,23 @@ from app.core.seq_states import ModelKey, SavedState, StateCache
 TOPICS = ("lighthouses", "tides", "ferries")
 
 
-@pytest.fixture
-def core() -> Iterator[Fireside]:
+def greedy_core(engine: Engine | None = None) -> Fireside:
     prefs = settings.load().settings
     prefs.temperature, prefs.seed, prefs.max_tokens, prefs.context_size = 0.0, 1, 24, 4096
-    core = Fireside.open(prefs=prefs)
+    return Fireside.open(prefs=prefs, engine=engine)
+
+
+@pytest.fixture
+def core() -> Iterator[Fireside]:
+    core = greedy_core()
+    yield core
+    core.close()
+
+
+@pytest.fixture
+def memory_core() -> Iterator[Fireside]:
+    """States kept in memory only (an engine with no folder)."""
+    core = greedy_core(Engine())
     yield core
     core.close()
 
@@ -89,7 +102,8 @@ def test_switching_model_and_back_restores_the_conversation(
 
 
 def test_the_least_recent_state_goes_when_the_budget_is_spent(
-        core: Fireside, smollm2_path: Path) -> None:
+        memory_core: Fireside, smollm2_path: Path) -> None:
+    core = memory_core
     core.load(smollm2_path).result()
     first = long_conversation(core)
     core.new_chat().result()

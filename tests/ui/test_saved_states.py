@@ -18,7 +18,8 @@ def test_a_conversation_left_is_shown_kept_and_clear_forgets_it(
     window.chat.new_chat()  # leaving it keeps its state
     window.show_settings()
     dialog = window._settings_dialog
-    qtbot.waitUntil(lambda: "1 kept in memory" in dialog.saved_states.text(), timeout=10_000)
+    qtbot.waitUntil(lambda: "1 kept (" in dialog.saved_states.text()
+                    and "MB on disk" in dialog.saved_states.text(), timeout=10_000)
     dialog.findChild(QPushButton, "clearStatesButton").click()
     qtbot.waitUntil(lambda: dialog.saved_states.text().startswith("None kept"),
                     timeout=10_000)
