@@ -192,8 +192,9 @@ def _models(args: argparse.Namespace) -> int:
             print(f"{entry.name}  —  unusable: {entry.error}\n    {entry.path}")
             continue
         size = f"{entry.size_bytes / 1e6:,.0f} MB"
-        details = ", ".join(str(x) for x in (entry.architecture, entry.size_label,
-                                              entry.quantization, size) if x)
+        details = ", ".join(str(x) for x in (
+            "base model" if entry.base_model else None, entry.architecture,
+            entry.size_label, entry.quantization, size) if x)
         context = f"{entry.context_length:,} ctx" if entry.context_length else ""
         print(f"{entry.name}  ({details}{', ' + context if context else ''})\n    {entry.path}")
     return 0

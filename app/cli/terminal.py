@@ -171,7 +171,7 @@ def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
     if not out.as_json and sys.stderr.isatty():
         out.err.write("\r\033[K")
     out.event("model_loaded", model=loaded.name, path=str(loaded.path),
-              seconds=round(loaded.seconds, 3))
+              seconds=round(loaded.seconds, 3), base_model=loaded.base_model)
     if not out.as_json:
         out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context).")
     return loaded
@@ -237,6 +237,8 @@ class _TerminalChat:
             if stats.dropped_turns:
                 self.out.note(f"[{stats.dropped_turns} earlier turn(s) left out to fit the "
                               "context]")
+        if turn.note:
+            self.out.note(turn.note)
         if not result.saved:
             self.out.error(f"This reply could not be saved ({result.save_error}). It is "
                            "kept in memory and saved as soon as the disk has room.")

@@ -65,6 +65,7 @@ class LoadedModel:
     template: ChatTemplate
     seconds: float
     options: LoadOptions
+    base_model: bool = False  # not tuned for chat (catalog.is_base_model)
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,7 @@ class ModelEntry:
     quantization: str | None = None
     context_length: int | None = None
     has_chat_template: bool = False
+    base_model: bool = False  # not tuned for chat: it continues text (is_base_model)
     size_bytes: int = 0
     error: str | None = None  # why the model cannot be used
 
@@ -69,6 +70,7 @@ class ModelEntry:
             "quantization": self.quantization,
             "context_length": self.context_length,
             "has_chat_template": self.has_chat_template,
+            "base_model": self.base_model,
             "size_bytes": self.size_bytes,
             "error": self.error,
         }
@@ -229,6 +231,7 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
         quantization=head.quantization,
         context_length=head.context_length,
         has_chat_template=head.has_chat_template,
+        base_model=is_base_model(head.metadata, first),
         error=not_chat or unnamed,
     )
     return entry, not_chat is None
@@ -260,6 +263,26 @@ def _shard_paths(path: Path) -> list[Path]:
 
 
 _QUANT_SUFFIX = re.compile(r"[._-](?:I?Q\d[\w]*|F16|F32|BF16)$", re.IGNORECASE)
+
+
+# Words in a model's name, fine-tune label or file name that say it was tuned to chat.
+_CHAT_TUNED = frozenset({"it", "instruct", "chat", "sft", "dpo", "rlhf", "orpo", "kto",
+                         "assistant", "thinking", "reasoning", "hermes"})
+
+
+def is_base_model(metadata: Mapping[str, object], path: Path) -> bool:
+    """True for a model not tuned for chat: no chat template, and nothing in its name,
+    fine-tune label or file name says it was (``instruct``, ``chat``, ``-it``…). Such a
+    model continues the text it is given (and repeats the prompt) rather than answering.
+    """
+    template = metadata.get("tokenizer.chat_template")
+    if isinstance(template, str) and template.strip():
+        return False
+    labels = [metadata.get(key) for key in ("general.name", "general.finetune",
+                                            "general.basename")] + [path.name]
+    words = {word for label in labels if isinstance(label, str)
+             for word in re.split(r"[^a-z0-9]+", label.casefold())}
+    return not words & _CHAT_TUNED
 
 
 def display_name(metadata: Mapping[str, object], path: Path) -> str:

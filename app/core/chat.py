@@ -58,6 +58,7 @@ class ChatTurn:
         self._handle = handle
         self.conversation_id = conversation_id
         self.future: Future[ChatResult] = Future()
+        self.note: str | None = None  # something a face says quietly once it is done
 
     def stop(self) -> None:
         self._handle.stop()

@@ -308,7 +308,8 @@ class Engine(OneThreadBackend):
             architecture=architecture, n_ctx=llm.n_ctx(),
             n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,
-            seconds=time.perf_counter() - started, options=options)
+            seconds=time.perf_counter() - started, options=options,
+            base_model=catalog.is_base_model(metadata, path))
         if on_progress is not None:
             on_progress(1.0)
         return self._loaded

@@ -268,8 +268,16 @@ class Fireside:
     def send(self, text: str, on_piece: PieceCallback | None = None,
              preempt: bool = False) -> Future[ChatTurn]:
         """Store ``text`` in the open conversation (a new one if none) and stream a reply."""
-        return self._queue(lambda: self._start(
-            self.chat.send(text, self.sampling(), self.system_prompt(), on_piece)), preempt)
+
+        def run() -> ChatTurn:
+            model = self.engine.loaded
+            first = not any(m.role == "assistant" for m in self.history())
+            turn = self.chat.send(text, self.sampling(), self.system_prompt(), on_piece)
+            if model is not None and model.base_model and first:
+                turn.note = base_model_note(model.name)
+            return self._start(turn)
+
+        return self._queue(run, preempt)
 
     def edit_last(self, text: str, conversation_id: int | None,
                   on_piece: PieceCallback | None = None,
@@ -457,6 +465,12 @@ class Fireside:
         except StoreError as err:
             logger.warning("deleted conversations not purged: %s", err)
         self.store.close()
+
+
+def base_model_note(name: str) -> str:
+    """What the first reply of a base model in a chat says, once."""
+    return (f"{name} is a base model: it continues the text it is given rather than "
+            "answering it. For a conversation, choose a chat (instruct) model.")
 
 
 def _given(**values: Any) -> dict[str, Any]:

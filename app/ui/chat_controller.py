@@ -232,6 +232,8 @@ class ChatController(QObject):
                 notices.error(str(err))
         else:
             self.reply_finished.emit(result.reply.text, result.reply.stats)
+            if turn.note:
+                notices.info(turn.note)
             if result.reply.stats.finish_reason == "cut":
                 notices.error(f"{result.reply.stats.problem} The reply so far is kept; any "
                               "model can go on with the conversation.")

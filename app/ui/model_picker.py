@@ -41,7 +41,8 @@ def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
         return f"Runs on the server{context}"
     from app.core import memory  # noqa: PLC0415 - reads headers: not before the first paint
 
-    parts = [d for d in (entry.size_label, entry.quantization) if d]
+    parts = [d for d in ("Base model" if entry.base_model else None, entry.size_label,
+                         entry.quantization) if d]
     if entry.size_bytes:
         parts.append(memory.format_bytes(entry.size_bytes))
     needed = memory.entry_estimate(entry, n_ctx)

@@ -41,6 +41,25 @@ def test_models_lists_the_bundled_models() -> None:
                 "quantization", "error"} <= set(model)
     assert by_arch["gemma3"]["quantization"] == "Q4_K_M"
     assert by_arch["llama"]["error"] is None
+    assert (by_arch["gemma3"]["base_model"], by_arch["llama"]["base_model"]) == (True, False)
+    listed = fireside("models").stdout
+    gemma_line, = [line for line in listed.splitlines() if line.startswith("Gemma 3")]
+    assert "base model" in gemma_line
+    assert "base model" not in listed.replace(gemma_line, "")
+
+
+def test_a_base_model_says_once_that_it_continues_text(gemma_path: Path,
+                                                       smollm2_path: Path) -> None:
+    greedy = ("--temperature", "0", "--max-tokens", "8")
+    two_turns = fireside("chat", "--model", str(gemma_path), *greedy, stdin="Hi\nAnd?\n")
+    assert two_turns.returncode == 0, two_turns.stderr
+    assert two_turns.stderr.count("is a base model: it continues the text") == 1
+    loaded, = [e for e in events(fireside("chat", "--json", "--model", str(gemma_path),
+                                          *greedy, "Hi").stdout)
+               if e["event"] == "model_loaded"]
+    assert loaded["base_model"] is True
+    chat_model = fireside("chat", "--model", str(smollm2_path), *greedy, "Hi")
+    assert "base model" not in chat_model.stderr
 
 
 def answer(reference: Reference, model: Path, max_tokens: int = 24) -> str:

@@ -63,6 +63,22 @@ def test_describe_real_models(smollm2_path: Path, gemma_path: Path) -> None:
     )
     assert smol.size_label == "135M"
     assert gemma.size_label == "270M"
+    # Gemma 3 270M as bundled is the pretrained model: no template, no chat tuning named.
+    assert (gemma.base_model, smol.base_model) == (True, False)
+
+
+@pytest.mark.parametrize(("metadata", "file", "base"), [
+    ({}, "gemma-3-270m.Q4_K_M.gguf", True),
+    ({"general.name": "Llama 3.1 8B"}, "llama.gguf", True),
+    ({}, "gemma-3-270m-it.Q4_K_M.gguf", False),
+    ({"general.finetune": "Instruct"}, "llama.gguf", False),
+    ({"general.name": "Mistral 7B Chat"}, "m.gguf", False),
+    ({"tokenizer.chat_template": "{{ messages }}"}, "base.gguf", False),
+    ({"general.name": "Qwen3 8B"}, "Qwen3-8B-Q4_K_M.gguf", True),  # no template: base
+])
+def test_a_base_model_is_one_with_no_template_and_no_chat_tuning_named(
+        metadata: dict[str, object], file: str, base: bool) -> None:
+    assert catalog.is_base_model(metadata, Path(file)) is base
 
 
 def test_to_json_is_plain_data(smollm2_path: Path) -> None:

@@ -12,6 +12,7 @@ from app.core import catalog
 from app.core.store import Conversation
 from app.ui.conversation_model import HEADER_ROLE, ID_ROLE, ConversationListModel, day_group
 from app.ui.model_picker import DETAILS_ROLE, PATH_ROLE, ModelListModel
+from tests.ui.conftest import Notices, WindowFactory, greedy_settings, send
 
 TODAY = date(2026, 3, 15)
 
@@ -66,7 +67,7 @@ def test_renaming_asks_for_the_new_title_and_ignores_blank_ones() -> None:
 
 
 def test_the_picker_lists_every_model_and_disables_the_broken_one(
-        qtmodeltester: Any, tmp_path: Path, smollm2_path: Path) -> None:
+        qtmodeltester: Any, tmp_path: Path, smollm2_path: Path, gemma_path: Path) -> None:
     (tmp_path / "broken.gguf").write_bytes(b"not a model at all")
     entries = catalog.scan([(smollm2_path.parent, catalog.BUNDLED), (tmp_path, catalog.SETTINGS)])
     model = ModelListModel()
@@ -75,7 +76,22 @@ def test_the_picker_lists_every_model_and_disables_the_broken_one(
     smol = model.index(model.row_of(smollm2_path))
     assert smol.flags() & Qt.ItemFlag.ItemIsEnabled
     assert "Q4_1" in smol.data(DETAILS_ROLE) and "MB" in smol.data(DETAILS_ROLE)
+    assert "Base model" not in smol.data(DETAILS_ROLE)
+    gemma = model.index(model.row_of(gemma_path))
+    assert gemma.data(DETAILS_ROLE).startswith("Base model · 270M")
     assert smol.data(PATH_ROLE) == str(smollm2_path)
     broken = model.index(model.row_of(tmp_path / "broken.gguf"))
     assert not broken.flags() & Qt.ItemFlag.ItemIsEnabled
     assert broken.data(DETAILS_ROLE).startswith("Cannot be used:")
+
+
+def test_the_first_reply_of_a_base_model_says_once_that_it_continues_text(
+        open_window: WindowFactory, qtbot: Any, notices: Notices, gemma_path: Path) -> None:
+    greedy_settings(default_model=str(gemma_path), max_tokens=8)
+    window = open_window()
+    assert window.picker.currentText().startswith("Gemma 3 270M")
+    send(qtbot, window, "The lighthouse keeper")
+    send(qtbot, window, "The ferry")
+    said = [text for text in notices.texts() if "is a base model" in text]
+    assert said == ["Gemma 3 270M is a base model: it continues the text it is given rather "
+                    "than answering it. For a conversation, choose a chat (instruct) model."]
