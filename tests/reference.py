@@ -28,8 +28,8 @@ import llama_cpp
 from llama_cpp import llama_chat_format
 
 from app.core import gguf, llama_runtime  # noqa: F401 - llama_runtime routes llama.cpp's log
-from app.core.engine import BATCH_SIZE, default_threads
-from app.core.options import Sampling, default_context
+from app.core.engine import llama_arguments
+from app.core.options import LoadOptions, Sampling, default_context
 
 Messages = Sequence[dict[str, str]]
 
@@ -64,9 +64,9 @@ class Reference:
 def _compute(model: Path, messages: list[dict[str, str]], sampling: Sampling,
              n_ctx: int | None) -> tuple[str, list[int]]:
     trained = gguf.read_header(model).context_length
+    # The engine's own arguments for a default load (threads, batch, flash attention…).
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx or default_context(trained),
-                          n_batch=BATCH_SIZE, n_threads=default_threads(),
-                          n_threads_batch=default_threads(), use_mmap=False, verbose=False)
+                          **llama_arguments(LoadOptions()), verbose=False)
     try:
         template = llm.metadata.get("tokenizer.chat_template")
         if template:

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from app.core.options import FLASH_ATTENTION, KV_CACHE_BYTES
+
 
 class _VersionAction(argparse.Action):
     """``--version``: the installed version is read only when asked (it is not free)."""
@@ -52,7 +54,13 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--seed", type=int)
     chat.add_argument("--max-tokens", type=int)
     chat.add_argument("--context", type=int, help="context size in tokens")
-    chat.add_argument("--threads", type=int)
+    chat.add_argument("--threads", type=int, help="threads for generating")
+    chat.add_argument("--prompt-threads", type=int, help="threads for reading the prompt")
+    chat.add_argument("--batch-size", type=int, help="prompt tokens read at once (default 512)")
+    chat.add_argument("--flash-attention", choices=FLASH_ATTENTION,
+                      help="auto (default): on where llama.cpp runs it")
+    chat.add_argument("--kv-cache", choices=tuple(KV_CACHE_BYTES),
+                      help="the KV cache's type: f16 (default), q8_0 or q4_0 (less memory)")
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
     going_on = chat.add_mutually_exclusive_group()
     going_on.add_argument("--conversation", type=int, metavar="ID",
@@ -100,6 +108,8 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         ("max_tokens", lambda v: v > 0, "--max-tokens must be positive"),
         ("context", lambda v: 256 <= v <= 1 << 20, "--context must be 256 to 1048576"),
         ("threads", lambda v: v > 0, "--threads must be positive"),
+        ("prompt_threads", lambda v: v > 0, "--prompt-threads must be positive"),
+        ("batch_size", lambda v: 32 <= v <= 8192, "--batch-size must be 32 to 8192"),
     ]
     for name, ok, message in checks:
         value = getattr(args, name, None)

@@ -22,6 +22,7 @@ from typing import Any, TextIO, TypeVar
 from app.core.backend import EngineError, LoadedModel
 from app.core.chat import ChatResult, ChatTurn
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
+from app.core.options import DEFAULT_BATCH
 from app.core.store import StoreError
 
 T = TypeVar("T")
@@ -98,6 +99,8 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         return 2
     core.session = SessionSettings(
         n_ctx=args.context, n_threads=args.threads, system_prompt=args.system,
+        flash_attention=args.flash_attention, kv_cache=args.kv_cache,
+        batch_size=args.batch_size, prompt_threads=args.prompt_threads,
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                   "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
                   "seed": args.seed, "max_tokens": args.max_tokens})
@@ -170,8 +173,14 @@ def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
         return None
     if not out.as_json and sys.stderr.isatty():
         out.err.write("\r\033[K")
+    options = loaded.options
     out.event("model_loaded", model=loaded.name, path=str(loaded.path),
-              seconds=round(loaded.seconds, 3), base_model=loaded.base_model)
+              seconds=round(loaded.seconds, 3), base_model=loaded.base_model,
+              flash_attention=options.flash_attention, kv_cache=options.kv_cache,
+              batch_size=options.batch_size or DEFAULT_BATCH,
+              threads=loaded.n_threads, prompt_threads=options.prompt_threads or loaded.n_threads)
+    if loaded.notice:
+        out.notice(loaded.notice)
     if not out.as_json:
         out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context).")
     return loaded

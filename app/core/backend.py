@@ -66,6 +66,7 @@ class LoadedModel:
     seconds: float
     options: LoadOptions
     base_model: bool = False  # not tuned for chat (catalog.is_base_model)
+    notice: str | None = None  # what the user should know of how it loaded
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import dataclasses
 import gc
 import logging
 import os
@@ -60,7 +61,7 @@ from app.core.backend import (
     reusable_prefix,
 )
 from app.core.detok import PieceDecoder
-from app.core.options import LoadOptions, Sampling, default_context
+from app.core.options import DEFAULT_BATCH, LoadOptions, Sampling, default_context
 from app.core.replies import FinishReason, Reply, ReplyStats
 from app.core.templates import ChatTemplate, Segment
 
@@ -68,7 +69,6 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-BATCH_SIZE = 512
 # As the engine closes, how long the state of the conversation left may take to reach
 # the disk; past that it is not kept (the window closes within its bound regardless).
 LEAVE_WRITE_S = 1.0
@@ -204,7 +204,7 @@ class Engine(OneThreadBackend):
         # The current model's memory comes back when it is unloaded for this one.
         current = self._loaded
         budget = memory.available() + (self._footprints.get(current.path, 0) if current else 0)
-        reason = memory.refusal(path.name, header, n_ctx, budget)
+        reason = memory.refusal(path.name, header, n_ctx, budget, options.kv_cache)
         if reason is not None:
             entry = catalog.describe(path)
             folder = catalog.scan([(path.parent, catalog.COMMAND_LINE)])
@@ -212,7 +212,7 @@ class Engine(OneThreadBackend):
             if smaller is not None:
                 reason += f" {smaller.path.name} is a smaller version of it that fits."
             raise NotEnoughMemory(reason)
-        self._footprints[path] = memory.estimate(header, n_ctx).total
+        self._footprints[path] = memory.estimate(header, n_ctx, options.kv_cache).total
 
     def _check_architecture(self, path: Path, architecture: str) -> None:
         """Refuse an architecture this llama.cpp does not know, in about a millisecond.
@@ -268,7 +268,6 @@ class Engine(OneThreadBackend):
               on_progress: Callable[[float], None] | None, n_ctx_train: int,
               cancel: threading.Event) -> LoadedModel:
         started = time.perf_counter()
-        n_threads = options.n_threads or default_threads()
         n_ctx = options.n_ctx or default_context(n_ctx_train)
 
         def progress(fraction: float) -> bool:
@@ -276,23 +275,35 @@ class Engine(OneThreadBackend):
                 on_progress(fraction)
             return not (cancel.is_set() or self._closing.is_set())
 
-        llama_runtime.router.recent_errors.clear()
+        def construct(chosen: LoadOptions) -> llama_cpp.Llama:
+            llama_runtime.router.recent_errors.clear()
+            try:
+                with llama_runtime.load_progress(progress):
+                    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx,
+                                           **llama_arguments(chosen), verbose=False)
+            except (ValueError, RuntimeError, OSError) as err:
+                gc.collect()  # a half-built Llama holds its weights until collected
+                if cancel.is_set() or self._closing.is_set():
+                    raise LoadCancelled(f"Loading {path.name} was cancelled.") from err
+                raise ModelLoadError(f"{path.name} could not be loaded: "
+                                     f"{_llama_reason()}") from err
+
+        notice = None
         try:
-            with llama_runtime.load_progress(progress):
-                # Weights are read into the process, not memory-mapped: a mapped file that
-                # is truncated or rewritten while loaded (a download finishing, a sync
-                # tool, an editor) kills the process with SIGBUS at the next page fault.
-                # Read in, the session never depends on the file again. Measured here
-                # (tests/benchmarks/bench_mmap.py): same resident memory; loads take
-                # +0.11 s (SmolLM2 135M, 1.6x) and +0.16 s (Gemma 3 270M, 1.16x).
-                llm = llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx, n_batch=BATCH_SIZE,
-                                      n_threads=n_threads, n_threads_batch=n_threads,
-                                      use_mmap=False, verbose=False)
-        except (ValueError, RuntimeError, OSError) as err:
-            gc.collect()  # a half-built Llama holds its weights until collected
-            if cancel.is_set() or self._closing.is_set():
-                raise LoadCancelled(f"Loading {path.name} was cancelled.") from err
-            raise ModelLoadError(f"{path.name} could not be loaded: {_llama_reason()}") from err
+            llm = construct(options)
+        except ModelLoadError as err:
+            tuned = options.tuning()
+            if tuned == LoadOptions():
+                raise
+            # A switch llama.cpp refuses for this model (a quantized V cache without
+            # flash attention): the model still loads, as it does by default.
+            options = dataclasses.replace(options, **dataclasses.asdict(LoadOptions(
+                n_threads=options.n_threads, template_override=options.template_override,
+                n_ctx=options.n_ctx)))
+            llm = construct(options)
+            notice = (f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
+                      f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
+        n_threads = llm.n_threads
         try:
             template = _resolve_template(llm, options.template_override)
         except templates.TemplateError as err:
@@ -302,14 +313,14 @@ class Engine(OneThreadBackend):
         architecture = metadata.get("general.architecture", "unknown")
         self._known_architectures.add(architecture)
         self._llm = llm
-        self._model_key = _model_key(path, llm.n_ctx())
+        self._model_key = _model_key(path, llm.n_ctx(), options)
         self._loaded = LoadedModel(
             path=path, name=catalog.display_name(metadata, path),
             architecture=architecture, n_ctx=llm.n_ctx(),
             n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,
             seconds=time.perf_counter() - started, options=options,
-            base_model=catalog.is_base_model(metadata, path))
+            base_model=catalog.is_base_model(metadata, path), notice=notice)
         if on_progress is not None:
             on_progress(1.0)
         return self._loaded
@@ -446,10 +457,52 @@ class Engine(OneThreadBackend):
         return True
 
 
-def _model_key(path: Path, n_ctx: int) -> seq_states.ModelKey:
+def _model_key(path: Path, n_ctx: int, options: LoadOptions) -> seq_states.ModelKey:
+    """What a sequence state made with this load depends on: the file as it is, the
+    context, and the switches that change what the KV cache holds."""
     stat = path.stat()
-    return seq_states.ModelKey(str(path), stat.st_size, stat.st_mtime_ns, n_ctx,
-                               f"n_batch={BATCH_SIZE}")
+    arguments = llama_arguments(options)
+    return seq_states.ModelKey(str(path), stat.st_size, stat.st_mtime_ns, n_ctx, ",".join(
+        f"{name}={arguments[name]}" for name in ("n_batch", "flash_attn", "type_k", "type_v")))
+
+
+_KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
+             "q4_0": llama_cpp.GGML_TYPE_Q4_0}
+
+
+def llama_arguments(options: LoadOptions) -> dict[str, Any]:
+    """The ``llama_cpp.Llama`` arguments for ``options`` (besides the path and context).
+
+    Weights are read into the process, not memory-mapped: a mapped file that is
+    truncated or rewritten while loaded (a download finishing, a sync tool, an editor)
+    kills the process with SIGBUS at the next page fault, and mlock does not prevent it.
+    Read in, the session never depends on the file again; the cost is measured by
+    tests/benchmarks/bench_mmap.py (the same resident memory; +0.1 s to load Gemma 3
+    270M, about +1 s per GB for larger models on this class of machine).
+    """
+    options = options.checked()
+    threads = options.n_threads or default_threads()
+    batch = options.batch_size or DEFAULT_BATCH
+    kv_type = _KV_TYPES[options.kv_cache]
+    return {"n_batch": batch, "n_ubatch": batch, "n_threads": threads,
+            "n_threads_batch": options.prompt_threads or threads,
+            # llama.cpp's CPU code runs flash attention for every model: "auto" is on.
+            "flash_attn": options.flash_attention != "off",
+            "type_k": kv_type, "type_v": kv_type, "use_mmap": False}
+
+
+def describe_tuning(options: LoadOptions) -> str:
+    """The switches ``options`` sets away from the defaults, in words."""
+    parts = []
+    if options.flash_attention != "auto":
+        parts.append(f"flash attention {options.flash_attention}")
+    if options.kv_cache != "f16":
+        parts.append(f"a {options.kv_cache} KV cache")
+    if options.batch_size:
+        parts.append(f"a batch of {options.batch_size}")
+    if options.prompt_threads:
+        parts.append(f"{options.prompt_threads} prompt threads")
+    return " with ".join(parts) if parts else "the default settings"
 
 
 class _Stopped(Exception):

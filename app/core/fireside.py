@@ -72,6 +72,11 @@ class SessionSettings:
 
     n_ctx: int | None = None
     n_threads: int | None = None
+    # llama.cpp's switches (options.LoadOptions): None keeps the saved ones.
+    flash_attention: str | None = None
+    kv_cache: str | None = None
+    batch_size: int | None = None
+    prompt_threads: int | None = None
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
     # Reopen the open conversation at the next start (the window's session does).
@@ -207,8 +212,11 @@ class Fireside:
 
     def load_options(self, path: Path | str | None) -> LoadOptions:
         """How ``path`` loads: the defaults, then the model's own, then the session's."""
+        session = self.session
         return dataclasses.replace(self.settings.load_options(path), **_given(
-            n_ctx=self.session.n_ctx, n_threads=self.session.n_threads))
+            n_ctx=session.n_ctx, n_threads=session.n_threads,
+            flash_attention=session.flash_attention, kv_cache=session.kv_cache,
+            batch_size=session.batch_size, prompt_threads=session.prompt_threads)).checked()
 
     def sampling(self, path: Path | str | None = None) -> Sampling:
         model = path if path is not None else self._model_path()

@@ -23,7 +23,7 @@ import psutil
 from app.core.catalog import ModelEntry
 from app.core.gguf import ArrayInfo, GGUFError, GGUFHeader
 from app.core.header_cache import cached_header
-from app.core.options import default_context
+from app.core.options import KV_CACHE_BYTES, default_context
 
 CONTEXT_STEP = 256  # llama.cpp rounds the context up to a multiple of this
 UBATCH = 512
@@ -66,10 +66,12 @@ def swa_layers(header: GGUFHeader) -> list[bool]:
     return [i % period < period - 1 for i in range(layers)]
 
 
-def kv_cache_bytes(header: GGUFHeader, n_ctx: int, swa_full: bool = True) -> int:
+def kv_cache_bytes(header: GGUFHeader, n_ctx: int, swa_full: bool = True,
+                   kv_cache: str = "f16") -> int:
     cells = padded(n_ctx)
-    per_cell = (header.head_count_kv or 0) * ((header.key_length or 0)
-                                               + (header.value_length or 0)) * CACHE_TYPE_BYTES
+    per_cell = int((header.head_count_kv or 0) * ((header.key_length or 0)
+                                                  + (header.value_length or 0))
+                   * KV_CACHE_BYTES.get(kv_cache, CACHE_TYPE_BYTES))
     window = header.sliding_window or 0
     swa_cells = cells if swa_full else padded(min(cells, window + UBATCH))
     return sum(per_cell * (swa_cells if swa else cells) for swa in swa_layers(header))
@@ -82,11 +84,13 @@ def weights_bytes(header: GGUFHeader) -> int:
     return sum(size for size in sizes if size is not None)
 
 
-def estimate(header: GGUFHeader, n_ctx: int | None = None) -> Estimate:
-    """What loading `header`'s model with `n_ctx` (default: the engine's) adds to memory."""
+def estimate(header: GGUFHeader, n_ctx: int | None = None, kv_cache: str = "f16") -> Estimate:
+    """What loading `header`'s model with `n_ctx` (default: the engine's) and a KV cache
+    of type `kv_cache` adds to memory."""
     n_ctx = n_ctx or default_context(header.context_length)
     other = BASE_OVERHEAD + OVERHEAD_PER_TOKEN * (header.vocab_size or 0)
-    return Estimate(padded(n_ctx), weights_bytes(header), kv_cache_bytes(header, n_ctx), other)
+    return Estimate(padded(n_ctx), weights_bytes(header),
+                    kv_cache_bytes(header, n_ctx, kv_cache=kv_cache), other)
 
 
 def available() -> int:
@@ -94,15 +98,17 @@ def available() -> int:
     return int(psutil.virtual_memory().available)
 
 
-def largest_context(header: GGUFHeader, budget: int, at_most: int) -> int | None:
+def largest_context(header: GGUFHeader, budget: int, at_most: int,
+                    kv_cache: str = "f16") -> int | None:
     """The largest context (a multiple of 1024, up to `at_most`) that fits in `budget`."""
-    fixed = estimate(header, CONTEXT_STEP)
+    fixed = estimate(header, CONTEXT_STEP, kv_cache)
     if fixed.total > budget:
         return None
-    per_cell = max(kv_cache_bytes(header, 2 * CONTEXT_STEP) - fixed.kv_cache, 1) / CONTEXT_STEP
+    per_cell = max(kv_cache_bytes(header, 2 * CONTEXT_STEP, kv_cache=kv_cache)
+                   - fixed.kv_cache, 1) / CONTEXT_STEP
     cells = int((budget - fixed.total) / per_cell) + CONTEXT_STEP
     n_ctx = min(cells, at_most) // 1024 * 1024
-    while n_ctx >= 1024 and estimate(header, n_ctx).total > budget:
+    while n_ctx >= 1024 and estimate(header, n_ctx, kv_cache).total > budget:
         n_ctx -= 1024
     return n_ctx if n_ctx >= 1024 else None
 
@@ -113,14 +119,15 @@ def format_bytes(size: int) -> str:
     return f"{size / 1e6:,.0f} MB"
 
 
-def refusal(name: str, header: GGUFHeader, n_ctx: int, budget: int) -> str | None:
+def refusal(name: str, header: GGUFHeader, n_ctx: int, budget: int,
+            kv_cache: str = "f16") -> str | None:
     """Why loading would not fit in `budget` bytes, with a context that would; None if it fits."""
-    needed = estimate(header, n_ctx)
+    needed = estimate(header, n_ctx, kv_cache)
     if needed.total <= budget:
         return None
     message = (f"{name} would need about {format_bytes(needed.total)} of memory with a "
                f"{n_ctx:,}-token context, and only {format_bytes(budget)} is free.")
-    fits = largest_context(header, budget, n_ctx - 1)
+    fits = largest_context(header, budget, n_ctx - 1, kv_cache)
     if fits:
         message += f" A {fits:,}-token context would fit: lower the context size."
     return message
@@ -156,11 +163,12 @@ def _bare_name(entry: ModelEntry) -> str:
 
 
 @functools.lru_cache(maxsize=1024)
-def entry_estimate(entry: ModelEntry, n_ctx: int | None = None) -> Estimate | None:
+def entry_estimate(entry: ModelEntry, n_ctx: int | None = None,
+                   kv_cache: str = "f16") -> Estimate | None:
     """The estimate for a catalog entry at `n_ctx` (default: the engine's), or None."""
     if entry.error or entry.architecture == "remote":  # a server's memory, not ours
         return None
     try:
-        return estimate(cached_header(entry.path), n_ctx)
+        return estimate(cached_header(entry.path), n_ctx, kv_cache)
     except GGUFError:
         return None

@@ -24,6 +24,7 @@ _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Samp
 
 # What a model can have of its own (stored only when it differs from the defaults).
 MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
+                "flash_attention", "kv_cache", "batch_size", "prompt_threads",
                 *(f.name for f in dataclasses.fields(Sampling)))
 
 
@@ -42,7 +43,12 @@ class Settings:
     max_tokens: int = _SAMPLING.max_tokens
     seed: int | None = _SAMPLING.seed
     context_size: int | None = None  # None: the model's trained length, at most 8192
-    threads: int | None = None  # None: one per physical core
+    threads: int | None = None  # for generating; None: one per physical core
+    # For people who know llama.cpp's switches (options.LoadOptions says each).
+    flash_attention: str = "auto"
+    kv_cache: str = "f16"
+    batch_size: int | None = None  # None: 512
+    prompt_threads: int | None = None  # for reading prompts; None: as threads
     theme: str = "system"  # "system" | "light" | "dark"
     open_conversation: int | None = None
     disabled_sources: list[str] = field(default_factory=list)  # keys of sources.KEYS
@@ -66,9 +72,14 @@ class Settings:
 
     def load_options(self, model: Path | str | None = None) -> LoadOptions:
         own = self.model_overrides(model)
-        return LoadOptions(n_ctx=own.get("context_size", self.context_size),
-                           n_threads=own.get("threads", self.threads),
-                           template_override=own.get("template_override"))
+        return LoadOptions(
+            n_ctx=own.get("context_size", self.context_size),
+            n_threads=own.get("threads", self.threads),
+            template_override=own.get("template_override"),
+            flash_attention=own.get("flash_attention", self.flash_attention),
+            kv_cache=own.get("kv_cache", self.kv_cache),
+            batch_size=own.get("batch_size", self.batch_size),
+            prompt_threads=own.get("prompt_threads", self.prompt_threads)).checked()
 
     def system_prompt_for(self, model: Path | str | None = None) -> str:
         return str(self.model_overrides(model).get("system_prompt", self.system_prompt))

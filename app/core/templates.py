@@ -184,7 +184,23 @@ def _compile(text: str) -> tuple[jinja2.Template, str]:
 
 # --- rendering ---------------------------------------------------------------------
 
-_Message = dict[str, str]
+_Message = dict[str, str]  # role, content and, for a reply with its reasoning, thinking
+
+# Template variables that render() sets itself; `extra` cannot replace them.
+_RESERVED = frozenset({"messages", "bos_token", "eos_token", "add_generation_prompt"})
+
+
+def _template_message(m: _Message) -> dict[str, str]:
+    """A message as templates read it: a reply's reasoning under both names in use.
+
+    Qwen3, QwQ, DeepSeek and most reasoning templates read ``reasoning_content``;
+    gpt-oss reads ``thinking``. Hugging Face transformers passes both, in this order.
+    """
+    thinking = m.get("thinking")
+    if thinking is None:
+        return {"role": m["role"], "content": m["content"]}
+    return {"thinking": thinking, "role": m["role"], "content": m["content"],
+            "reasoning_content": thinking}
 
 
 def _render_text(
@@ -192,15 +208,19 @@ def _render_text(
     template: ChatTemplate,
     messages: list[_Message],
     add_generation_prompt: bool,
+    extra: Mapping[str, Any],
 ) -> str:
     # `tools` stays undefined, as llama.cpp leaves it: tool-use templates that loop over
     # it unguarded then render a plain chat instead of failing on None.
     try:
         return compiled.render(
-            messages=messages,
-            bos_token=template.bos_token,
-            eos_token=template.eos_token,
-            add_generation_prompt=add_generation_prompt,
+            {
+                **extra,
+                "messages": [_template_message(m) for m in messages],
+                "bos_token": template.bos_token,
+                "eos_token": template.eos_token,
+                "add_generation_prompt": add_generation_prompt,
+            }
         )
     except SecurityError as exc:
         raise _SandboxError(_SANDBOX_MESSAGE) from exc
@@ -213,33 +233,51 @@ def _render_text(
 
 
 def _segments(
-    template: ChatTemplate, messages: list[_Message], add_generation_prompt: bool
+    template: ChatTemplate,
+    messages: list[_Message],
+    add_generation_prompt: bool,
+    extra: Mapping[str, Any] | None = None,
 ) -> list[Segment]:
-    """Render twice: with a marker in place of each message, and for real.
+    """Render twice: with a marker in place of each typed text, and for real.
 
     The marker render gives the template's own text, which cannot contain anything
     typed; the real render is the exact prompt. What lies between two pieces of the
-    template's text must come from the message placed there.
+    template's text must come from the text placed there. Each message's content must
+    appear once; a reply's thinking at most once (templates drop old reasoning).
     """
+    extra = extra or {}
     compiled, marker = _compile(template.text)
-    placeholders = [
-        {"role": m["role"], "content": f"{marker}{i}{marker}"} for i, m in enumerate(messages)
-    ]
-    skeleton = _render_text(compiled, template, placeholders, add_generation_prompt)
-    real = _render_text(compiled, template, messages, add_generation_prompt)
+    typed: list[str] = []  # each typed text, numbered by its marker
+    required: set[str] = set()
+    placeholders: list[_Message] = []
+    for m in messages:
+        placeholder = {"role": m["role"]}
+        for key in ("content", "thinking"):
+            text = m.get(key)
+            if text is None:
+                continue
+            placeholder[key] = f"{marker}{len(typed)}{marker}"
+            if key == "content":
+                required.add(str(len(typed)))
+            typed.append(text)
+        placeholders.append(placeholder)
+    skeleton = _render_text(compiled, template, placeholders, add_generation_prompt, extra)
+    real = _render_text(compiled, template, messages, add_generation_prompt, extra)
 
     parts = skeleton.split(marker)  # template text, index, template text, index, ...
-    expected = sorted(str(i) for i in range(len(messages)))
-    if len(parts) != 2 * len(messages) + 1 or sorted(parts[1::2]) != expected:
+    found = parts[1::2]
+    known = {str(i) for i in range(len(typed))}
+    if (len(parts) % 2 != 1 or len(set(found)) != len(found) or not set(found) <= known
+            or not required <= set(found)):
         raise TemplateError(_REWRITE_MESSAGE)
 
-    texts = [parts[0]]  # template text and message text, alternating
+    texts = [parts[0]]  # template text and typed text, alternating
     if not real.startswith(parts[0]):
         raise TemplateError(_REWRITE_MESSAGE)
     pos = len(parts[0])
     for k in range(1, len(parts), 2):
         following = parts[k + 1]
-        end = _content_end(real, pos, messages[int(parts[k])]["content"], following)
+        end = _content_end(real, pos, typed[int(parts[k])], following)
         texts += (real[pos:end], following)
         pos = end + len(following)
     if pos != len(real):
@@ -301,8 +339,12 @@ def _merge_same_roles(messages: list[_Message]) -> list[_Message]:
     merged: list[_Message] = []
     for m in messages:
         if merged and merged[-1]["role"] == m["role"]:
-            joined = f"{merged[-1]['content']}\n\n{m['content']}"
-            merged[-1] = {"role": m["role"], "content": joined}
+            last = merged[-1]
+            joined = {"role": m["role"], "content": f"{last['content']}\n\n{m['content']}"}
+            thoughts = [t for t in (last.get("thinking"), m.get("thinking")) if t is not None]
+            if thoughts:
+                joined["thinking"] = "\n\n".join(thoughts)
+            merged[-1] = joined
         else:
             merged.append(m)
     return merged
@@ -313,6 +355,7 @@ def render(
     messages: Sequence[Mapping[str, str]],
     add_generation_prompt: bool = True,
     system_prompt: str | None = None,
+    extra: Mapping[str, Any] | None = None,
 ) -> list[Segment]:
     """The prompt for a conversation (roles user, assistant, system), as segments.
 
@@ -320,15 +363,32 @@ def render(
     no system role; consecutive messages of one role are joined when the template
     insists on alternating roles. Joining the segments' texts gives exactly what the
     template renders for those messages.
+
+    A message may carry ``thinking``: a reply's reasoning, given to the template as
+    both ``reasoning_content`` and ``thinking``, as Hugging Face transformers does
+    (templates show it, or drop it from older turns); like the content it is typed
+    text, never control tokens. A message without it renders as before.
+    ``extra`` are further template variables, as the keyword arguments of
+    transformers' ``apply_chat_template``: ``enable_thinking`` (Qwen3, SmolLM3, GLM),
+    ``reasoning_effort`` (gpt-oss), ``thinking`` (Granite). They cannot replace
+    ``messages``, ``bos_token``, ``eos_token`` or ``add_generation_prompt``.
     """
-    convo: list[_Message] = [{"role": m["role"], "content": m["content"]} for m in messages]
+    if extra and not _RESERVED.isdisjoint(extra):
+        raise ValueError(f"render() sets {sorted(_RESERVED & set(extra))} itself")
+    convo: list[_Message] = []
+    for m in messages:
+        message = {"role": m["role"], "content": m["content"]}
+        thinking = m.get("thinking")
+        if thinking is not None:
+            message["thinking"] = thinking
+        convo.append(message)
     if system_prompt and system_prompt.strip():
         convo.insert(0, {"role": "system", "content": system_prompt})
     if not template.supports_system:
         convo = _fold_system(convo)
     if template.requires_alternation:
         convo = _merge_same_roles(convo)
-    return _segments(template, convo, add_generation_prompt)
+    return _segments(template, convo, add_generation_prompt, extra)
 
 
 # --- choosing a template -----------------------------------------------------------

@@ -286,7 +286,7 @@ class ChatPane(QObject):
     def _show_models(self, entries: Sequence[ModelEntry]) -> None:
         """List the models, each sized at the context its settings would load it with."""
         prefs = self.models.core.settings
-        self.window.picker.set_entries(entries, {e.path: prefs.load_options(e.path).n_ctx
+        self.window.picker.set_entries(entries, {e.path: prefs.load_options(e.path)
                                                  for e in entries})
 
     def _leave_edit(self) -> None:

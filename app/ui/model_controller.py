@@ -116,6 +116,8 @@ class ModelController(QObject):
             self.load_failed.emit(self.model)
         else:
             self.loaded.emit(model)
+            if model.notice:
+                notices.warning(model.notice)
 
     async def _rescan(self) -> None:
         if self._closed:

@@ -18,6 +18,8 @@ from PySide6.QtCore import (
 from PySide6.QtGui import QPainter, QPalette, QPen
 from PySide6.QtWidgets import QComboBox, QSizePolicy, QStyledItemDelegate, QWidget
 
+from app.core.options import LoadOptions
+
 if TYPE_CHECKING:
     from PySide6.QtGui import QPaintEvent
     from PySide6.QtWidgets import QStyleOptionViewItem
@@ -31,7 +33,7 @@ DETAILS_ROLE = Qt.ItemDataRole.UserRole + 2
 SOURCE_ROLE = Qt.ItemDataRole.UserRole + 3  # where the model came from: "LM Studio"...
 
 
-def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
+def details(entry: ModelEntry, options: LoadOptions | None = None) -> str:
     """Size label, quantization, file size and the memory it will take once loaded at
     ``n_ctx`` (None: its default context) — or why the model cannot be used."""
     if entry.error:
@@ -45,7 +47,8 @@ def details(entry: ModelEntry, n_ctx: int | None = None) -> str:
                          entry.quantization) if d]
     if entry.size_bytes:
         parts.append(memory.format_bytes(entry.size_bytes))
-    needed = memory.entry_estimate(entry, n_ctx)
+    options = options or LoadOptions()
+    needed = memory.entry_estimate(entry, options.n_ctx, options.kv_cache)
     if needed is not None:
         parts.append(f"≈ {memory.format_bytes(needed.total)} in memory")
     return " · ".join(parts)
@@ -106,8 +109,9 @@ class ModelListModel(QAbstractListModel):
         return list(self._entries)
 
     def set_entries(self, entries: Sequence[ModelEntry],
-                    contexts: Mapping[Path, int | None] | None = None) -> None:
-        """Show these models; ``contexts`` holds the context each would load with."""
+                    contexts: Mapping[Path, LoadOptions] | None = None) -> None:
+        """Show these models; ``contexts`` holds how each would load (its context and KV
+        cache size its memory)."""
         self.beginResetModel()
         self._entries = list(entries)
         # Worked out once here, not at every paint: the estimate reads the file's header.
@@ -187,7 +191,7 @@ class ModelPicker(QComboBox):
         painter.end()
 
     def set_entries(self, entries: Sequence[ModelEntry],
-                    contexts: Mapping[Path, int | None] | None = None) -> None:
+                    contexts: Mapping[Path, LoadOptions] | None = None) -> None:
         model = self.list_model
         model.set_entries(entries, contexts)
         metrics = self.fontMetrics()

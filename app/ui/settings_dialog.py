@@ -36,6 +36,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import sources
+from app.core.options import DEFAULT_BATCH
 from app.core.seq_states import Usage
 from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
@@ -101,6 +102,37 @@ def _threads_box(parent: QWidget, name: str, label: str) -> QSpinBox:
                       "Automatic (one per core)")(parent, name, label)
 
 
+def _batch_box(parent: QWidget, name: str, label: str) -> QSpinBox:
+    box = _whole_box(0, 8192, f"Automatic ({DEFAULT_BATCH})")(parent, name, label)
+    box.setSingleStep(128)
+    box.setSuffix(" tokens")
+    return box
+
+
+def _choice_box(parent: QWidget, name: str, label: str,
+                choices: Sequence[tuple[str, str]]) -> QComboBox:
+    box = QComboBox(parent)
+    _name(box, name, label)
+    for value, text in choices:
+        box.addItem(text, value)
+    return box
+
+
+# llama.cpp's switches, in the general tab and in "This model": field, label, box.
+_FLASH_CHOICES = (("auto", "Automatic (on where llama.cpp runs it)"), ("on", "On"),
+                  ("off", "Off"))
+_KV_CHOICES = (("f16", "f16 (exact)"), ("q8_0", "q8_0 (about half the memory)"),
+               ("q4_0", "q4_0 (about a quarter; may change answers)"))
+_TUNING_BOXES: tuple[tuple[str, str, Callable[[QWidget, str, str], QWidget]], ...] = (
+    ("prompt_threads", "Prompt threads", _threads_box),
+    ("batch_size", "Batch size", _batch_box),
+    ("flash_attention", "Flash attention",
+     lambda parent, name, label: _choice_box(parent, name, label, _FLASH_CHOICES)),
+    ("kv_cache", "KV cache",
+     lambda parent, name, label: _choice_box(parent, name, label, _KV_CHOICES)),
+)
+
+
 # The sampling settings, in the general tab and in "This model": field, label, box.
 _SAMPLING_BOXES = (("temperature", "Temperature", _real_box(0.0, 2.0, 0.05)),
                    ("top_p", "Top-p", _real_box(0.01, 1.0, 0.01)),
@@ -118,7 +150,10 @@ def _spin_value(field: str, box: QSpinBox | QDoubleSpinBox) -> object:
     if field == "context_size" and 0 < box.value() < MIN_CONTEXT:
         box.setValue(MIN_CONTEXT)  # comes back here with a usable size
         return _CLAMPED
-    if field in ("context_size", "threads"):
+    if field in ("context_size", "threads", "prompt_threads", "batch_size"):
+        if field == "batch_size" and 0 < box.value() < 32:
+            box.setValue(32)
+            return _CLAMPED
         return box.value() or None
     return box.value()
 
@@ -247,8 +282,15 @@ class SettingsDialog(QDialog):
                                           "context_size", form)
         self.threads = self._default(_threads_box(page, "threadsBox", "Threads"), "threads",
                                      form)
+        self.tuning_boxes: dict[str, QWidget] = {}
+        for name, label, make in _TUNING_BOXES:
+            box = make(page, f"{name}Box", label)
+            self.tuning_boxes[name] = (self._default(box, name, form)
+                                       if isinstance(box, QSpinBox)
+                                       else self._default_choice(box, name, form))
 
-        applies = note("Context size and threads apply the next time a model loads.", page)
+        applies = note("Context size, threads and llama.cpp's switches apply the next time "
+                       "a model loads.", page)
         reload_button = self._button("Reload model now", "reloadModelButton", page)
         reload_button.clicked.connect(self.reload_requested)
         form.addRow(applies)
@@ -322,7 +364,7 @@ class SettingsDialog(QDialog):
             _name(box, f"model_{name}Box", f"{label} for this model")
             boxes[name] = box
             form.addRow(label, box)
-        for name, label, make in _SAMPLING_BOXES:
+        for name, label, make in (*_TUNING_BOXES, *_SAMPLING_BOXES):
             boxes[name] = make(page, f"model_{name}Box", f"{label} for this model")
             form.addRow(label, boxes[name])
         self.model_boxes = boxes
@@ -333,8 +375,8 @@ class SettingsDialog(QDialog):
                 box.activated.connect(lambda _i, name=name: self._on_model_value_changed(name))
         prompt.textChanged.connect(self._on_model_prompt_edited)
 
-        self.model_note = note("Context size, threads and the chat template apply the next "
-                               "time this model loads.", page)
+        self.model_note = note("Context size, threads, llama.cpp's switches and the chat "
+                               "template apply the next time this model loads.", page)
         self.use_defaults = self._button("Use defaults", "useDefaultsButton", page)
         self.use_defaults.clicked.connect(self._on_use_defaults_clicked)
         reload_button = self._button("Reload model now", "reloadThisModelButton", page)
@@ -365,6 +407,18 @@ class SettingsDialog(QDialog):
         button.setObjectName(name)
         button.setAccessibleName(text.rstrip("…"))
         return button
+
+    def _default_choice(self, box: QComboBox, field: str, form: QFormLayout) -> QComboBox:
+        """A list for one of the general settings: shows it, and saves each choice."""
+        box.setCurrentIndex(max(0, box.findData(getattr(self.prefs, field))))
+        box.activated.connect(lambda _i: self._on_default_chosen(field, box))
+        form.addRow(box.accessibleName(), box)
+        return box
+
+    def _on_default_chosen(self, field: str, box: QComboBox) -> None:
+        self._set(field, box.currentData())
+        if field == "kv_cache":  # the memory each model needs changes
+            self.context_size_changed.emit()
 
     def _default(self, box: W, field: str, form: QFormLayout) -> W:
         """A box for one of the general settings: shows it, and saves each finished edit."""
@@ -447,6 +501,9 @@ class SettingsDialog(QDialog):
         sampling = self.prefs.sampling(path)
         values: dict[str, object] = {
             "context_size": options.n_ctx or 0, "threads": options.n_threads or 0,
+            "prompt_threads": options.prompt_threads or 0,
+            "batch_size": options.batch_size or 0,
+            "flash_attention": options.flash_attention, "kv_cache": options.kv_cache,
             "template_override": options.template_override,
             "system_prompt": self.prefs.system_prompt_for(path),
             **{name: getattr(sampling, name) for name in MODEL_FIELDS
@@ -530,7 +587,7 @@ class SettingsDialog(QDialog):
         self.prefs.set_model_value(path, name, value)
         self._save()
         self._update_model_title(self._model_name)
-        if name == "context_size":
+        if name in ("context_size", "kv_cache"):
             self.context_size_changed.emit()
 
     def _on_model_prompt_edited(self) -> None:

@@ -27,13 +27,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from app.core import bundled, templates
 from app.core.chat import ChatService
 from app.core.engine import (
-    BATCH_SIZE,
     Engine,
     PromptPlan,
     Sampling,
     Session,
     default_threads,
+    llama_arguments,
 )
+from app.core.options import LoadOptions
 from app.core.store import Store
 
 SMOL = bundled.bundled_dir() / bundled.DEFAULT_MODEL_FILE
@@ -77,8 +78,7 @@ def bench_decode(engine: Engine) -> None:
     sampling = Sampling(temperature=0.8, max_tokens=1000, seed=11)
     engine.load(SMOL).result()
     reference = llama_cpp.Llama(str(SMOL), n_ctx=engine.loaded.n_ctx,  # type: ignore[union-attr]
-                                n_batch=BATCH_SIZE, n_threads=default_threads(),
-                                n_threads_batch=default_threads(), verbose=False)
+                                **llama_arguments(LoadOptions()), verbose=False)
     tokens: list[int] = []
 
     def build(session: Session) -> PromptPlan:
@@ -133,9 +133,9 @@ def bench_switch(engine: Engine) -> None:
         engine.load(SMOL).result()  # free the memory before the direct load
         for times, use_mmap in ((same, False), (default, True)):
             started = time.perf_counter()
-            llm = llama_cpp.Llama(str(GEMMA), n_ctx=loaded.n_ctx, n_batch=BATCH_SIZE,
-                                  n_threads=loaded.n_threads, n_threads_batch=loaded.n_threads,
-                                  use_mmap=use_mmap, verbose=False)
+            llm = llama_cpp.Llama(str(GEMMA), n_ctx=loaded.n_ctx,
+                                  **{**llama_arguments(loaded.options), "use_mmap": use_mmap},
+                                  verbose=False)
             times.append(time.perf_counter() - started)
             llm.close()
     first, switch, same, default = switch[0], switch[1:], same[1:], default[1:]

@@ -68,7 +68,7 @@ def main(replies: int) -> int:
         generate = engine.Engine.generate
 
         def timed_generate(self: engine.Engine, build: object, sampling: object,
-                           on_piece: object = None) -> object:
+                           on_piece: object = None, owner: int | None = None) -> object:
             produced = [0]
 
             def piece(text: str) -> None:
@@ -78,7 +78,7 @@ def main(replies: int) -> int:
                 if callable(on_piece):
                     on_piece(text)
 
-            return generate(self, build, sampling, piece)  # type: ignore[arg-type]
+            return generate(self, build, sampling, piece, owner)  # type: ignore[arg-type]
 
         engine.Engine.generate = timed_generate  # type: ignore[method-assign,assignment]
         stream = message_widget.MessageWidget.stream

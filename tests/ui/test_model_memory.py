@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtWidgets import QWidget
+from PySide6.QtWidgets import QComboBox, QWidget
 
-from app.core import catalog, memory
+from app.core import catalog, memory, settings
 from app.core.gguf import read_header
 from app.ui.model_picker import DETAILS_ROLE, ModelListModel
 from tests.ui.conftest import WindowFactory
@@ -38,3 +38,30 @@ def test_the_estimate_follows_the_context_the_settings_choose(
     small = memory.estimate(read_header(smollm2_path), 512).total
     assert f"≈ {memory.format_bytes(small)} in memory" in shown()
     assert shown() != at_default
+
+
+def test_a_quantized_kv_cache_chosen_in_settings_shrinks_the_estimate_and_loads(
+        open_window: WindowFactory, qtbot: Any, smollm2_path: Path) -> None:
+    window = open_window()
+    picker = window.picker.list_model
+    window.show_settings()
+    dialog = window.findChild(QWidget, "settingsDialog")
+    box = dialog.findChild(QComboBox, "kv_cacheBox")  # the defaults, for every model
+    box.setCurrentIndex(box.findData("q8_0"))
+    box.activated.emit(box.currentIndex())
+    header, n_ctx = read_header(smollm2_path), settings.load().settings.context_size
+    q8 = memory.estimate(header, n_ctx, kv_cache="q8_0")
+    assert q8.kv_cache < 0.6 * memory.estimate(header, n_ctx).kv_cache
+    assert f"≈ {memory.format_bytes(q8.total)} in memory" in \
+        picker.index(picker.row_of(smollm2_path)).data(DETAILS_ROLE)
+    qtbot.waitUntil(lambda: settings.load().settings.kv_cache == "q8_0")  # saved
+    own = dialog.findChild(QComboBox, "model_flash_attentionBox")  # this model only
+    own.setCurrentIndex(own.findData("on"))
+    own.activated.emit(own.currentIndex())
+    qtbot.waitUntil(lambda: settings.load().settings.load_options(smollm2_path)
+                    .flash_attention == "on")
+    dialog.findChild(QWidget, "reloadModelButton").click()
+    qtbot.waitUntil(lambda: window.controller.core.model is not None
+                    and window.controller.core.model.options.kv_cache == "q8_0",
+                    timeout=30_000)
+    assert window.controller.core.model.options.flash_attention == "on"

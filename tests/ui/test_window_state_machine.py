@@ -54,7 +54,7 @@ def test_many_more_sequences_on_the_scripted_engine(
         open_window: WindowFactory, qasync_loop: asyncio.AbstractEventLoop,
         models: list[Path], qtbot: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The same user, on replies that take no time: the window's ordering, many times."""
-    monkeypatch.setattr(engine, "Engine", lambda: ScriptedEngine(piece_delay_s=0.01))
+    monkeypatch.setattr(engine, "Engine", lambda **_: ScriptedEngine(piece_delay_s=0.01))
     run_user_sessions(open_window, qasync_loop, models, qtbot, SCRIPTED)
 
 
