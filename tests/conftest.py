@@ -83,3 +83,18 @@ def smollm2_path() -> Path:
 def gemma_path() -> Path:
     """Gemma 3 270M: sliding-window attention, no chat template in the file."""
     return _bundled(bundled.GEMMA_FILE)
+
+
+THINKING_TEMPLATE = Path(__file__).parent / "fixtures" / "templates" / "qwq.jinja"
+
+
+@pytest.fixture(scope="session")
+def thinking_model_path(smollm2_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A thinking model: SmolLM2 with QwQ's real chat template in its file, whose
+    generation prompt opens a thought (``<think>``), so every reply starts thinking."""
+    from tests.gguf_files import copy_with_metadata
+
+    folder = tmp_path_factory.mktemp("thinking-model")
+    return copy_with_metadata(smollm2_path, folder / "SmolLM2-Thinking-135M.gguf",
+                              {"tokenizer.chat_template": THINKING_TEMPLATE.read_text(),
+                               "general.name": "SmolLM2 Thinking 135M"})

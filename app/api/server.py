@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 import uvicorn
@@ -40,7 +40,6 @@ from app.core.completions import (
     Answer,
     ApiError,
     CompletionRequest,
-    StopText,
     error_for,
     finish_reason,
     models_list,
@@ -48,7 +47,9 @@ from app.core.completions import (
     read_request,
 )
 from app.core.fireside import Fireside
+from app.core.replies import Thinking
 from app.core.settings import API_PORT as DEFAULT_PORT
+from app.core.stop_text import StopText
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -188,10 +189,11 @@ class LocalServer:
                            "the model. Ask again later.", kind="requests",
                            code="rate_limit_exceeded")
 
-    async def _whole(self, reply: _Reply, item: str | None, client: _Client) -> Response:
-        parts = []
+    async def _whole(self, reply: _Reply, item: _Taken | None, client: _Client) -> Response:
+        parts, thoughts = [], []
         while item is not None:
-            parts.append(reply.text(item))
+            thoughts.append(item.thinking)
+            parts.append(reply.text(item.text))
             item = await client.unless_gone(reply.pieces.take())
         try:
             done = reply.handle.future.result()
@@ -199,14 +201,16 @@ class LocalServer:
             return _error(error_for(err))
         parts.append(reply.stop_text.flush())
         return JSONResponse(reply.answer.whole("".join(parts), finish_reason(done.stats),
-                                               done.stats))
+                                               done.stats, "".join(thoughts)))
 
-    async def _events(self, reply: _Reply, item: str | None) -> AsyncIterator[str]:
+    async def _events(self, reply: _Reply, item: _Taken | None) -> AsyncIterator[str]:
         answer = reply.answer
         try:
             yield json.dumps(answer.chunk({"role": "assistant", "content": ""}))
             while item is not None:
-                text = reply.text(item)
+                if item.thinking:
+                    yield json.dumps(answer.chunk({"reasoning_content": item.thinking}))
+                text = reply.text(item.text)
                 if text:
                     yield json.dumps(answer.chunk({"content": text}))
                 await asyncio.sleep(FLUSH_S)  # what comes meanwhile goes in one chunk
@@ -235,6 +239,11 @@ class LocalServer:
         self.on_change()
 
 
+class _Taken(NamedTuple):
+    thinking: str  # comes before the answer's text: a reply thinks first
+    text: str
+
+
 class _Pieces:
     """Streamed text from the inference thread to the server's event loop, batched as
     the window's PieceStream is: the loop is woken only when nothing was waiting, and
@@ -243,7 +252,7 @@ class _Pieces:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._lock = threading.Lock()
-        self._parts: list[str] = []
+        self._parts: list[str] = []  # Thinking and answer text
         self._ended = False
         self._ready = asyncio.Event()
 
@@ -261,14 +270,16 @@ class _Pieces:
             self._ended = True
         self._loop.call_soon_threadsafe(self._ready.set)
 
-    async def take(self) -> str | None:
+    async def take(self) -> _Taken | None:
         """Everything since the last take; None once the reply is over and all taken."""
         while True:
             with self._lock:
                 if self._parts:
-                    text = "".join(self._parts)
+                    taken = _Taken("".join(p for p in self._parts if isinstance(p, Thinking)),
+                                   "".join(p for p in self._parts
+                                           if not isinstance(p, Thinking)))
                     self._parts.clear()
-                    return text
+                    return taken
                 if self._ended:
                     return None
                 self._ready.clear()

@@ -12,6 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.core.options import FLASH_ATTENTION, KV_CACHE_BYTES
+from app.core.thinking import THINKING_CHOICES
 
 
 class _VersionAction(argparse.Action):
@@ -61,6 +62,12 @@ def _parser() -> argparse.ArgumentParser:
                       help="auto (default): on where llama.cpp runs it")
     chat.add_argument("--kv-cache", choices=tuple(KV_CACHE_BYTES),
                       help="the KV cache's type: f16 (default), q8_0 or q4_0 (less memory)")
+    chat.add_argument("--thinking", choices=THINKING_CHOICES,
+                      help="a thinking model's thinking: on, off, or gpt-oss's effort")
+    chat.add_argument("--thinking-budget", type=int, metavar="N",
+                      help="end a thought after N tokens, so that the answer comes")
+    chat.add_argument("--hide-thinking", action="store_true",
+                      help="print only the answer, not the thinking before it")
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
     going_on = chat.add_mutually_exclusive_group()
     going_on.add_argument("--conversation", type=int, metavar="ID",
@@ -110,6 +117,7 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         ("threads", lambda v: v > 0, "--threads must be positive"),
         ("prompt_threads", lambda v: v > 0, "--prompt-threads must be positive"),
         ("batch_size", lambda v: 32 <= v <= 8192, "--batch-size must be 32 to 8192"),
+        ("thinking_budget", lambda v: v >= 0, "--thinking-budget must be 0 or more"),
     ]
     for name, ok, message in checks:
         value = getattr(args, name, None)
@@ -157,8 +165,10 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
     """A terminal chat with the saved settings: for a build that has no window."""
     for name in ("prompt", "model", "system", "temperature", "top_p", "top_k", "min_p",
                  "repeat_penalty", "seed", "max_tokens", "context", "threads",
-                 "conversation"):
+                 "prompt_threads", "batch_size", "flash_attention", "kv_cache", "thinking",
+                 "thinking_budget", "conversation"):
         setattr(args, name, None)
+    args.hide_thinking = False
     args.continue_last = False
     args.json = False
     args.command = "chat"

@@ -23,9 +23,14 @@ from app.core.backend import EngineError, LoadedModel
 from app.core.chat import ChatResult, ChatTurn
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
 from app.core.options import DEFAULT_BATCH
+from app.core.replies import Thinking
 from app.core.store import StoreError
 
 T = TypeVar("T")
+
+
+# Thinking is printed dim on a terminal (SGR 2), then back to normal for the answer.
+_DIM, _UNDIM = "\x1b[2m", "\x1b[22m"
 
 
 class Terminated(Exception):
@@ -37,7 +42,9 @@ class Output:
         self.as_json = as_json
         self.out = out
         self.err = err
+        self.hide_thinking = False
         self._lock = threading.Lock()  # pieces arrive on the inference thread
+        self._in_thought = False
 
     def event(self, name: str, **fields: Any) -> None:
         if self.as_json:
@@ -45,8 +52,29 @@ class Output:
                         + "\n")
 
     def text(self, text: str) -> None:
-        if not self.as_json:
-            self._write(self.out, text)
+        if self.as_json:
+            return
+        if self._in_thought:  # the answer begins below the thought
+            self._in_thought = False
+            self._write(self.out, (_UNDIM if self._styled() else "") + "\n\n")
+        self._write(self.out, text)
+
+    def thought(self, text: str) -> None:
+        """A piece of thinking: dimmed on a terminal, apart from the answer."""
+        if self.as_json or self.hide_thinking:
+            return
+        start = "" if self._in_thought else (_DIM if self._styled() else "")
+        self._in_thought = True
+        self._write(self.out, start + text)
+
+    def end_reply(self) -> None:
+        if self._in_thought:
+            self._in_thought = False
+            self._write(self.out, _UNDIM if self._styled() else "")
+        self.text("\n")
+
+    def _styled(self) -> bool:
+        return bool(getattr(self.out, "isatty", lambda: False)())
 
     def note(self, text: str) -> None:
         self._write(self.err, text + "\n")
@@ -103,7 +131,9 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         batch_size=args.batch_size, prompt_threads=args.prompt_threads,
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                   "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
-                  "seed": args.seed, "max_tokens": args.max_tokens})
+                  "seed": args.seed, "max_tokens": args.max_tokens,
+                  "thinking": args.thinking, "thinking_budget": args.thinking_budget})
+    out.hide_thinking = args.hide_thinking
     previous_handlers = install_signal_handlers()
     try:
         if load_model(core, model_path, out) is None:
@@ -214,6 +244,10 @@ class _TerminalChat:
         self._finish(turn)
 
     def _piece(self, text: str) -> None:
+        if isinstance(text, Thinking):
+            self.out.event("thinking_delta", text=text)
+            self.out.thought(text)
+            return
         self.out.event("delta", text=text)
         self.out.text(text)
 
@@ -230,8 +264,10 @@ class _TerminalChat:
             self.out.error(str(err))
             return
         stats = result.reply.stats
-        self.out.text("\n")
-        self.out.event("reply", text=result.reply.text, prompt_tokens=stats.prompt_tokens,
+        self.out.end_reply()
+        self.out.event("reply", text=result.reply.text, thinking=result.reply.thinking,
+                       thinking_tokens=stats.thinking_tokens,
+                       prompt_tokens=stats.prompt_tokens,
                        cached_tokens=stats.cached_tokens,
                        restored_tokens=stats.restored_tokens, tokens=stats.tokens,
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from app.core import thinking
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import Reply
 from app.core.seq_states import StateCache
@@ -66,7 +67,15 @@ class LoadedModel:
     seconds: float
     options: LoadOptions
     base_model: bool = False  # not tuned for chat (catalog.is_base_model)
+    # Text that ends a reply besides the end-of-generation tokens: for a base model, a
+    # blank line or the user's next turn.
+    stops: tuple[str, ...] = ()
     notice: str | None = None  # what the user should know of how it loaded
+
+    @property
+    def thinks(self) -> bool:
+        """Whether its template marks thinking (a reasoning model)."""
+        return thinking.is_thinking_template(self.template.text)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.core import templates
+from app.core import templates, thinking
 from app.core.backend import (
     Backend,
     LoadedModel,
@@ -26,7 +26,7 @@ from app.core.backend import (
     Session,
 )
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import Reply
+from app.core.replies import Reply, Thinking
 from app.core.store import (
     Conversation,
     Message,
@@ -65,7 +65,8 @@ class ChatTurn:
 
 
 def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str,
-                reserve: int, min_dropped: int = 0) -> PromptPlan:
+                reserve: int, min_dropped: int = 0, *,
+                thinking_choice: str = "on") -> PromptPlan:
     """Fit the conversation into the context, dropping its oldest turns if needed.
 
     A turn is a user message and the replies after it. The system prompt and the
@@ -75,14 +76,17 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
     """
     turns = _turns(history)
     budget = session.n_ctx - reserve
+    # The template's own thinking switch; earlier thoughts go back as it decides.
+    variables = thinking.template_variables(session.template.text, thinking_choice)
 
     def plan(dropped: int) -> PromptPlan:
-        messages = [{"role": m.role, "content": m.text}
-                    for turn in turns[dropped:] for m in turn]
+        messages = [_for_template(m) for turn in turns[dropped:] for m in turn]
         segments = templates.render(session.template, messages,
-                                    system_prompt=system_prompt or None)
+                                    system_prompt=system_prompt or None, extra=variables)
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
-        return PromptPlan(session.encode(segments), dropped, (*system, *messages))
+        # A server applies its own template to plain messages: earlier thoughts stay here.
+        plain = ({"role": m["role"], "content": m["content"]} for m in messages)
+        return PromptPlan(session.encode(segments), dropped, (*system, *plain))
 
     dropped = min(min_dropped, len(turns) - 1)
     kept = plan(dropped)
@@ -101,6 +105,12 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
         f"This message is too long for the model's context: it needs {len(tokens):,} tokens "
         f"and {reserve:,} more for the reply, but the context holds {session.n_ctx:,}. "
         f"Shorten it, or raise the context size in settings.")
+
+
+def _for_template(message: Message) -> dict[str, str]:
+    if message.thinking:
+        return {"role": message.role, "content": message.text, "thinking": message.thinking}
+    return {"role": message.role, "content": message.text}
 
 
 def _turns(history: Sequence[Message]) -> list[list[Message]]:
@@ -268,7 +278,8 @@ class ChatService:
 
         def build(session: Session) -> PromptPlan:
             reserve = min(sampling.max_tokens, session.n_ctx // 4)
-            return plan_prompt(session, history, system_prompt, reserve, min_dropped)
+            return plan_prompt(session, history, system_prompt, reserve, min_dropped,
+                               thinking_choice=sampling.thinking)
 
         def piece(text: str) -> None:
             saver.add(text)
@@ -290,7 +301,8 @@ class ChatService:
             message_id = row_id
             if not saved:
                 message_id = self._held.hold(conversation_id, "assistant", reply.text,
-                                             reply.stats.to_json(), row_id)
+                                             reply.stats.to_json(), row_id,
+                                             thinking=reply.thinking)
             error = None if saved else saver.error or save_error or "The reply was not saved."
             saved_id = self._held.saved_id(conversation_id)
             assert message_id is not None
@@ -316,29 +328,32 @@ class _ReplySaver:
         self._store = store
         self._message_id = message_id
         self._parts: list[str] = []
+        self._thinking: list[str] = []
         self._lock = threading.Lock()
         self._last_save = time.monotonic()
         self.error: str | None = None
 
     def add(self, text: str) -> None:
         with self._lock:
-            self._parts.append(text)
+            (self._thinking if isinstance(text, Thinking) else self._parts).append(text)
             if time.monotonic() - self._last_save < SAVE_INTERVAL_S:
                 return
             self._last_save = time.monotonic()
-            current = "".join(self._parts)
-        self._try(lambda row: self._store.update_reply(row, current))
+            current, thought = "".join(self._parts), "".join(self._thinking)
+        self._try(lambda row: self._store.update_reply(row, current, thought))
 
     def finish(self, reply: Reply) -> bool:
         stats = reply.stats.to_json()
-        return self._try(lambda row: self._store.finish_reply(row, reply.text, stats))
+        return self._try(lambda row: self._store.finish_reply(row, reply.text, stats,
+                                                             reply.thinking))
 
     def abandon(self) -> None:
         """The reply failed before any text: remove its empty row."""
         with self._lock:
-            text = "".join(self._parts)
-        if text:
-            self._try(lambda row: self._store.finish_reply(row, text, {"stopped": True}))
+            text, thought = "".join(self._parts), "".join(self._thinking)
+        if text or thought:
+            self._try(lambda row: self._store.finish_reply(row, text, {"stopped": True},
+                                                           thought))
         else:
             self._try(self._store.delete_messages_from)
 

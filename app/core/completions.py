@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core import templates
+from app.core import templates, thinking
 from app.core.backend import (
     EngineClosed,
     EngineError,
@@ -60,14 +60,17 @@ class CompletionRequest:
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
+    thinking: str = "on"  # from reasoning_effort: thinking.THINKING_CHOICES
 
     def prompt(self) -> PromptBuilder:
         """The messages through the loaded model's own chat template."""
         messages = list(self.messages)
 
         def build(session: Session) -> PromptPlan:
-            segments = templates.render(session.template, messages)
-            return PromptPlan(session.encode(segments), 0, tuple(messages))
+            variables = thinking.template_variables(session.template.text, self.thinking)
+            segments = templates.render(session.template, messages, extra=variables)
+            plain = ({"role": m["role"], "content": m["content"]} for m in messages)
+            return PromptPlan(session.encode(segments), 0, tuple(plain))
 
         return build
 
@@ -75,6 +78,8 @@ class CompletionRequest:
         """The model's settings with what the request sets; without ``max_tokens`` the
         reply may run to the end of the context, as OpenAI's does."""
         fields = {"max_tokens": n_ctx, **self.sampling}
+        if self.thinking != "on":
+            fields["thinking"] = self.thinking
         return dataclasses.replace(model_settings, **fields)
 
 
@@ -114,8 +119,13 @@ def read_request(body: Any) -> CompletionRequest:
     seed = _typed(body, "seed", int, None)
     if seed is not None:
         sampling["seed"] = seed
+    effort = _typed(body, "reasoning_effort", str, "on")
+    if effort not in ("on", "none", "minimal", "low", "medium", "high"):
+        raise ApiError(400, "'reasoning_effort' must be none, minimal, low, medium or high.",
+                       param="reasoning_effort")
     return CompletionRequest(model, _messages(body.get("messages")), sampling,
-                             _stops(body.get("stop")), stream, include_usage)
+                             _stops(body.get("stop")), stream, include_usage,
+                             {"none": "off", "minimal": "low"}.get(effort, effort))
 
 
 def _typed(body: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -151,8 +161,13 @@ def _messages(value: Any) -> tuple[dict[str, str], ...]:
         if role not in ROLES:
             raise ApiError(400, f"{where}.role must be system, developer, user or assistant "
                            f"(not {role!r}).", param=f"{where}.role")
-        messages.append({"role": ROLES[role], "content": _content(message.get("content"),
-                                                                   f"{where}.content")})
+        entry = {"role": ROLES[role], "content": _content(message.get("content"),
+                                                          f"{where}.content")}
+        # A reply's reasoning, as clients send it back: to the template, which decides.
+        reasoning = message.get("reasoning_content")
+        if ROLES[role] == "assistant" and isinstance(reasoning, str) and reasoning:
+            entry["thinking"] = reasoning
+        messages.append(entry)
     return tuple(messages)
 
 
@@ -183,34 +198,6 @@ def _stops(value: Any) -> tuple[str, ...]:
     return tuple(stops)
 
 
-class StopText:
-    """Ends a reply at the first stop string, never sending any of it: text that could
-    be the start of one is held back until the next piece says whether it is."""
-
-    def __init__(self, stops: Sequence[str]) -> None:
-        self._stops = tuple(stops)
-        self._held = ""
-        self.hit = False
-
-    def feed(self, piece: str) -> str:
-        """What of ``piece`` may be sent now."""
-        if self.hit:
-            return ""
-        text = self._held + piece
-        found = [i for i in (text.find(s) for s in self._stops) if i >= 0]
-        if found:
-            self.hit, self._held = True, ""
-            return text[:min(found)]
-        keep = max((n for s in self._stops for n in range(1, len(s))
-                    if text.endswith(s[:n])), default=0)
-        self._held = text[len(text) - keep:] if keep else ""
-        return text[:len(text) - keep]
-
-    def flush(self) -> str:
-        held, self._held = self._held, ""
-        return held
-
-
 # -- answers, in OpenAI's shapes -----------------------------------------------------
 
 
@@ -223,7 +210,8 @@ def finish_reason(stats: ReplyStats) -> str:
 def usage(stats: ReplyStats) -> dict[str, Any]:
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
             "total_tokens": stats.prompt_tokens + stats.tokens,
-            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens}}
+            "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
+            "completion_tokens_details": {"reasoning_tokens": stats.thinking_tokens}}
 
 
 def timings(stats: ReplyStats) -> dict[str, Any]:
@@ -243,9 +231,12 @@ class Answer:
     id: str = dataclasses.field(default_factory=lambda: f"chatcmpl-{uuid.uuid4().hex[:24]}")
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
-    def whole(self, text: str, finish: str, stats: ReplyStats) -> dict[str, Any]:
+    def whole(self, text: str, finish: str, stats: ReplyStats,
+              thought: str = "") -> dict[str, Any]:
+        # Thinking under llama.cpp's server's and vLLM's name, never in the content.
+        reasoning = {"reasoning_content": thought} if thought else {}
         return {**self._head("chat.completion"), "choices": [{
-            "index": 0, "message": {"role": "assistant", "content": text},
+            "index": 0, "message": {"role": "assistant", "content": text, **reasoning},
             "logprobs": None, "finish_reason": finish}], "usage": usage(stats),
             "timings": timings(stats)}
 

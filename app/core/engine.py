@@ -23,7 +23,7 @@ import struct
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -41,6 +41,7 @@ from app.core import (
     seq_states,
     state_files,
     templates,
+    thinking,
 )
 from app.core.backend import (
     EngineClosed,
@@ -63,6 +64,7 @@ from app.core.backend import (
 from app.core.detok import PieceDecoder
 from app.core.options import DEFAULT_BATCH, LoadOptions, Sampling, default_context
 from app.core.replies import FinishReason, Reply, ReplyStats
+from app.core.reply_text import ReplyText
 from app.core.templates import ChatTemplate, Segment
 
 logger = logging.getLogger(__name__)
@@ -191,7 +193,8 @@ class Engine(OneThreadBackend):
             self._check_vocab(path)
         elif architecture not in self._known_architectures:
             self._check_architecture(path, architecture)
-        template_text = options.template_override or header.text("tokenizer.chat_template")
+        # A chosen template that fails is refused; the file's own falls back at load.
+        template_text = options.template_override
         if template_text is not None:
             try:
                 templates.validate(template_text)
@@ -314,13 +317,19 @@ class Engine(OneThreadBackend):
         self._known_architectures.add(architecture)
         self._llm = llm
         self._model_key = _model_key(path, llm.n_ctx(), options)
+        base_model = catalog.is_base_model(metadata, path)
+        if template.problem:
+            notice = (f"The chat template in {path.name} cannot be used ({template.problem}); "
+                      f"Fireside formats its chats as {template.name} instead. Settings → "
+                      "This model → Chat template can choose another.")
         self._loaded = LoadedModel(
             path=path, name=catalog.display_name(metadata, path),
             architecture=architecture, n_ctx=llm.n_ctx(),
             n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,
             seconds=time.perf_counter() - started, options=options,
-            base_model=catalog.is_base_model(metadata, path), notice=notice)
+            base_model=base_model, notice=notice,
+            stops=("\n\n", *templates.next_turn_markers(template)) if base_model else ())
         if on_progress is not None:
             on_progress(1.0)
         return self._loaded
@@ -354,35 +363,60 @@ class Engine(OneThreadBackend):
         self._owner = handle.owner
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        decoder = PieceDecoder(vocab)
-        parts: list[str] = []
+        fmt = thinking.format_for(model.template.text)
+        marks = _MarkerTokens.of(llm, fmt)
+        inside = thinking.opened(_text_of(llm, tokens[-16:]), fmt)
+        budget = thinking.budget(sampling.thinking, sampling.thinking_budget)
+        out = ReplyText(on_piece, fmt, inside, model.stops, stop_on_repeat=model.base_model)
+        if inside and budget == 0:  # thinking off, and the template opened a thought
+            tokens = [*tokens, *marks.closing]
+            out.add(fmt.closing, tokens=0)
+        decoder = PieceDecoder(vocab, marks.shown)
+        closed = False  # Fireside has ended the thought once
         produced = 0
         finish: FinishReason = "length"
         first_at = last_at = started
         self._active = handle
+
+        def stream(prompt: list[int]) -> Generator[int, Sequence[int] | None, None]:
+            return llm.generate(prompt, top_k=sampling.top_k, top_p=sampling.top_p,
+                                min_p=sampling.min_p, temp=sampling.temperature,
+                                repeat_penalty=sampling.repeat_penalty)
+
         # The abort check costs a Python call per graph node: worth it while a long
         # prompt is processed, not for each generated token (stop is checked between).
         _set_abort_callback(llm, self._abort_callback)
-        generator = llm.generate(tokens, top_k=sampling.top_k, top_p=sampling.top_p,
-                                 min_p=sampling.min_p, temp=sampling.temperature,
-                                 repeat_penalty=sampling.repeat_penalty)
+        generator = stream(tokens)
         try:
             if handle.stop_requested:
                 raise _Stopped
-            for token in generator:
+            while True:
+                token = next(generator, None)
+                if token is None:
+                    break
                 last_at = time.perf_counter()
                 if produced == 0:
                     _set_abort_callback(llm, None)
                     first_at = last_at
                 if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    finish = "stop"
+                    if not out.in_thought or closed:
+                        finish = "stop"
+                        break
+                    # It ended inside its thought: the thought ends, and an answer follows.
+                    generator.close()
+                    generator = stream([*llm._input_ids.tolist(), *marks.closing])
+                    out.add(fmt.closing, tokens=0)
+                    closed = True
+                    continue
+                if model.base_model and token not in marks.shown \
+                        and llama_cpp.llama_vocab_is_control(vocab, token):
+                    finish = "stop"  # a turn marker: it has begun writing the user's turn
                     break
                 produced += 1
-                piece = decoder.decode(token)
-                if piece:
-                    parts.append(piece)
-                    if on_piece is not None:
-                        on_piece(piece)
+                out.add(decoder.decode(token))
+                if out.stopped:
+                    finish = "stop"
+                    break
                 if handle.stop_requested or self._closing.is_set():
                     finish = "stopped"
                     break
@@ -391,6 +425,13 @@ class Engine(OneThreadBackend):
                 if llm.n_tokens + 1 >= model.n_ctx:
                     finish = "context"
                     break
+                if budget is not None and out.in_thought and out.thinking_tokens >= budget:
+                    # The thought has had its tokens: Fireside writes its end into the
+                    # sequence, and the model goes on with the answer.
+                    generator.close()
+                    generator = stream([*llm._input_ids.tolist(), token, *marks.closing])
+                    out.add(fmt.closing, tokens=0)
+                    closed = True
         except _Stopped:
             finish = "stopped"
         except RuntimeError:
@@ -402,11 +443,8 @@ class Engine(OneThreadBackend):
             self._active = None
             _set_abort_callback(llm, None)
             generator.close()
-        tail = decoder.flush()
-        if tail:
-            parts.append(tail)
-            if on_piece is not None:
-                on_piece(tail)
+        out.add(decoder.flush(), tokens=0)
+        answer, thought = out.finish()
         if produced == 0:
             first_at = last_at = time.perf_counter()
         decode_s = last_at - first_at
@@ -416,8 +454,9 @@ class Engine(OneThreadBackend):
             ttft_s=first_at - started,
             tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
             finish_reason=finish,
-            dropped_turns=plan.dropped_turns, model=model.name)
-        return Reply("".join(parts), stats)
+            dropped_turns=plan.dropped_turns, model=model.name,
+            thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
+        return Reply(answer, stats, thought)
 
 
     # Sequence states -------------------------------------------------------------
@@ -520,6 +559,27 @@ def _quiet(log: logging.Logger) -> Iterator[None]:
         yield
     finally:
         log.removeFilter(drop)
+
+
+@dataclasses.dataclass(frozen=True)
+class _MarkerTokens:
+    """A thinking format's markers in this model's vocabulary."""
+
+    closing: tuple[int, ...]  # the tokens that end a thought
+    shown: frozenset[int]  # control tokens among the markers: rendered, to be told apart
+
+    @classmethod
+    def of(cls, llm: llama_cpp.Llama, fmt: thinking.ThinkingFormat) -> _MarkerTokens:
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        shown = {token for marker in fmt.markers
+                 for token in llm.tokenize(marker.encode(), add_bos=False, special=True)
+                 if llama_cpp.llama_vocab_is_control(vocab, token)}
+        closing = llm.tokenize(fmt.closing.encode(), add_bos=False, special=True)
+        return cls(tuple(closing), frozenset(shown))
+
+
+def _text_of(llm: llama_cpp.Llama, tokens: Sequence[int]) -> str:
+    return llm.detokenize(list(tokens), special=True).decode("utf-8", "replace")
 
 
 def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:

@@ -45,7 +45,11 @@ def export_markdown(store: Store, conversation_ids: Iterable[int]) -> str:
                  f"- Model: {_model_label(conversation.model)}",
                  f"- Started: {started:%Y-%m-%d %H:%M} UTC", ""]
         for message in messages:
-            lines += [f"**{_speaker(message, conversation)}:**", "", _readable(message.text), ""]
+            lines += [f"**{_speaker(message, conversation)}:**", ""]
+            if message.thinking:  # folded, as in the window
+                lines += ["<details><summary>Thinking</summary>", "",
+                          _readable(message.thinking), "", "</details>", ""]
+            lines += [_readable(message.text), ""]
             if not message.complete:
                 lines += ["*(unfinished reply)*", ""]
         documents.append("\n".join(lines))
@@ -63,7 +67,8 @@ def _load(store: Store, conversation_ids: Iterable[int]
 
 
 def _message_json(message: Message) -> dict[str, Any]:
-    return {"role": message.role, "text": message.text,
+    thinking = {"thinking": message.thinking} if message.thinking else {}
+    return {"role": message.role, "text": message.text, **thinking,
             "created_at": _iso(message.created_at), "complete": message.complete,
             "stats": message.stats}
 

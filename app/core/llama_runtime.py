@@ -11,6 +11,9 @@
   crashes on Intel CPUs with AMX. Loads then keep weights out of its AMX buffer type
   (``use_extra_bufts=False``), the only way into those kernels.
 - :func:`release_freed_memory` hands a closed model's memory back to the system.
+- The ``Llama`` constructor compiles each chat template in the model file for chat
+  handlers Fireside never uses (it renders prompts itself, in a sandbox): a template
+  that does not compile there no longer makes the model impossible to load.
 """
 
 from __future__ import annotations
@@ -23,10 +26,12 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 
+import jinja2
 import llama_cpp
 import llama_cpp._internals as llama_internals
 import llama_cpp.llama as llama_module
 import llama_cpp.llama_cpp as llama_c
+from llama_cpp import llama_chat_format
 
 logger = logging.getLogger("fireside.llama")
 
@@ -142,3 +147,14 @@ def release_freed_memory() -> None:
     """
     if _libc is not None:
         _libc.malloc_trim(0)
+
+
+class _UnusedChatFormatter(llama_chat_format.Jinja2ChatFormatter):
+    def __init__(self, template: str, *args: object, **kwargs: object) -> None:
+        try:
+            super().__init__(template, *args, **kwargs)  # type: ignore[arg-type]
+        except jinja2.TemplateError:  # the engine says what is wrong with it
+            super().__init__("", *args, **kwargs)  # type: ignore[arg-type]
+
+
+llama_chat_format.Jinja2ChatFormatter = _UnusedChatFormatter  # type: ignore[misc]

@@ -61,3 +61,7 @@ class Sampling:
     repeat_penalty: float = 1.1
     max_tokens: int = 1024
     seed: int | None = None  # None: a new random seed per reply
+    # A thinking model's thinking: thinking.THINKING_CHOICES; and the tokens it may spend
+    # on a thought before Fireside ends it (None: no limit).
+    thinking: str = "on"
+    thinking_budget: int | None = None

@@ -32,6 +32,7 @@ from app.core.backend import (
 )
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import FinishReason, Reply, ReplyStats
+from app.core.reply_text import ReplyText
 from app.core.servers import Server
 
 DEFAULT_CONTEXT = 4096  # when neither the server nor the user says
@@ -114,7 +115,8 @@ class RemoteBackend(OneThreadBackend):
         chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         threading.Thread(target=_pump, args=(stream, chunks), daemon=True,
                          name="fireside-remote-stream").start()
-        parts: list[str] = []
+        out = ReplyText(on_piece)  # a thought inline at the start is told apart too
+        pieces = 0
         first: float | None = None
         finish: FinishReason = "stop"
         usage: Any = None
@@ -131,34 +133,43 @@ class RemoteBackend(OneThreadBackend):
             if chunk is _END:
                 break
             if isinstance(chunk, Exception):
-                if not parts and first is None:
+                if not pieces and first is None:
                     raise EngineError(_explain(chunk, server)) from chunk
                 finish, problem = "cut", _explain(chunk, server)
                 break
             usage = getattr(chunk, "usage", None) or usage
             for choice in getattr(chunk, "choices", None) or ():
+                # llama-server, vLLM and DeepSeek send thinking as reasoning_content,
+                # Ollama and OpenRouter as reasoning.
+                thought = getattr(choice.delta, "reasoning_content", None) \
+                    or getattr(choice.delta, "reasoning", None)
                 text = getattr(choice.delta, "content", None)
-                if text:
+                for kind, piece in ((True, thought), (False, text)):
+                    if not isinstance(piece, str) or not piece:
+                        continue
                     if first is None:
                         first = time.monotonic()
-                    parts.append(text)
-                    if on_piece is not None:
-                        on_piece(text)
+                    pieces += 1
+                    if kind:
+                        out.add_thinking(piece, tokens=1)
+                    else:
+                        out.add(piece)
                 if choice.finish_reason == "length":
                     finish = "length"
         ended = time.monotonic()
-        tokens = getattr(usage, "completion_tokens", None) or len(parts)
+        answer, thought = out.finish()
+        tokens = getattr(usage, "completion_tokens", None) or pieces
         details = getattr(usage, "prompt_tokens_details", None)
         decode_s = ended - first if first is not None else 0.0
         stats = ReplyStats(
             prompt_tokens=getattr(usage, "prompt_tokens", None) or 0,  # 0: not said
             cached_tokens=getattr(details, "cached_tokens", None) or 0,
-            tokens=tokens if parts else 0,
+            tokens=tokens if pieces else 0,
             ttft_s=(first - started) if first is not None else 0.0,
             tokens_per_s=(tokens - 1) / decode_s if decode_s > 0 and tokens > 1 else 0.0,
             finish_reason=finish, dropped_turns=plan.dropped_turns, model=model.name,
-            problem=problem)
-        return Reply("".join(parts), stats)
+            problem=problem, thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
+        return Reply(answer, stats, thought)
 
     def _unload(self) -> None:
         self._close_client()

@@ -31,6 +31,9 @@ class ReplyStats:
     problem: str = ""  # why a reply was cut off, for the user
     # Of cached_tokens, those restored from the conversation's saved state.
     restored_tokens: int = 0
+    # Of tokens, those the model spent thinking, and for how long.
+    thinking_tokens: int = 0
+    thinking_s: float = 0.0
 
     @property
     def stopped(self) -> bool:
@@ -62,13 +65,34 @@ class ReplyStats:
                    finish_reason=reason, dropped_turns=int(number("dropped_turns")),
                    model=model if isinstance(model, str) else "",
                    problem=problem if isinstance(problem, str) else "",
-                   restored_tokens=int(number("restored_tokens")))
+                   restored_tokens=int(number("restored_tokens")),
+                   thinking_tokens=int(number("thinking_tokens")),
+                   thinking_s=float(number("thinking_s")))
 
 
 @dataclass(frozen=True)
 class Reply:
-    text: str
+    text: str  # the answer
     stats: ReplyStats
+    thinking: str = ""  # the model's thinking before it, shown apart
+
+
+class Thinking(str):
+    """A streamed piece of the model's thinking rather than of its answer.
+
+    Pieces reach the faces as ``str``; a face that shows thinking apart (all of
+    Fireside's do) tells the two by this type.
+    """
+
+    __slots__ = ()
+
+
+def thought_for(stats: ReplyStats) -> str:
+    """"Thought for 12 s", as the folded thinking is titled once the answer has begun."""
+    seconds = stats.thinking_s
+    if seconds >= 60:
+        return f"Thought for {int(seconds // 60)} min {int(seconds % 60)} s"
+    return f"Thought for {seconds:.0f} s" if seconds >= 1 else "Thought for a moment"
 
 
 def describe(stats: ReplyStats) -> list[str]:
@@ -77,6 +101,8 @@ def describe(stats: ReplyStats) -> list[str]:
     if stats.tokens:
         speed = f" at {stats.tokens_per_s:.1f} tokens/s" if stats.tokens_per_s else ""
         lines.append(f"{stats.tokens:,} tokens{speed}")
+    if stats.thinking_tokens:
+        lines.append(f"{stats.thinking_tokens:,} of them thinking, for {stats.thinking_s:.1f} s")
     if stats.ttft_s:
         lines.append(f"First token after {stats.ttft_s:.2f} s")
     if stats.prompt_tokens:

@@ -15,6 +15,7 @@ from typing import Any
 from app.core import paths
 from app.core.options import LoadOptions, Sampling
 from app.core.servers import READ_TIMEOUT_S
+from app.core.thinking import THINKING_CHOICES
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class Settings:
     repeat_penalty: float = _SAMPLING.repeat_penalty
     max_tokens: int = _SAMPLING.max_tokens
     seed: int | None = _SAMPLING.seed
+    thinking: str = _SAMPLING.thinking  # thinking.THINKING_CHOICES
+    thinking_budget: int | None = _SAMPLING.thinking_budget  # None: no limit
     context_size: int | None = None  # None: the model's trained length, at most 8192
     threads: int | None = None  # for generating; None: one per physical core
     # For people who know llama.cpp's switches (options.LoadOptions says each).
@@ -67,8 +70,11 @@ class Settings:
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""
         own = self.model_overrides(model)
-        return Sampling(**{f.name: own.get(f.name, getattr(self, f.name))
-                           for f in dataclasses.fields(Sampling)})
+        sampling = Sampling(**{f.name: own.get(f.name, getattr(self, f.name))
+                               for f in dataclasses.fields(Sampling)})
+        if sampling.thinking not in THINKING_CHOICES:  # a hand-edited file
+            sampling = dataclasses.replace(sampling, thinking="on")
+        return sampling
 
     def load_options(self, model: Path | str | None = None) -> LoadOptions:
         own = self.model_overrides(model)

@@ -79,6 +79,7 @@ class Message:
     created_at: float
     stats: JSONDict | None
     complete: bool
+    thinking: str = ""  # a reply's reasoning before its answer; never a title or a snippet
 
     @property
     def reply_stats(self) -> ReplyStats | None:
@@ -120,8 +121,12 @@ def _create_tables(db: sqlite3.Connection) -> None:
         db.execute(statement)
 
 
+def _add_thinking(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
+
+
 # Applied in order at open; version N is MIGRATIONS[N - 1]. Append, never edit.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_tables,)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_tables, _add_thinking)
 
 # The search index is derived data, so it is kept out of the migrations: it is built
 # at open whenever it is missing or marked stale (written to while FTS5 was unavailable).
@@ -151,7 +156,7 @@ _REASONS = {
 
 _REPLY_GONE = "Could not save the reply: it was deleted or is already finished"
 _CONVERSATION_COLUMNS = "id, title, model, created_at, updated_at, settings"
-_MESSAGE_COLUMNS = "id, conversation_id, role, text, created_at, stats, complete"
+_MESSAGE_COLUMNS = "id, conversation_id, role, text, created_at, stats, complete, thinking"
 
 
 class Store:
@@ -282,23 +287,25 @@ class Store:
     # Messages -----------------------------------------------------------------------
 
     def add_message(self, conversation_id: int, role: Role, text: str,
-                    stats: Mapping[str, Any] | None = None, complete: bool = True) -> Message:
+                    stats: Mapping[str, Any] | None = None, complete: bool = True, *,
+                    thinking: str = "") -> Message:
         if role not in get_args(Role):
             raise ValueError(f"unknown message role {role!r}")
         stats_json = None if stats is None else _dump_json(stats)
         with self._writing("save the conversation") as db:
             now = self._now()
             cursor = db.execute(
-                "INSERT INTO messages (conversation_id, role, text, created_at, stats, complete)"
-                " VALUES (?, ?, ?, ?, ?, ?)",
-                (conversation_id, role, _to_db(text), now, stats_json, complete))
+                "INSERT INTO messages (conversation_id, role, text, created_at, stats, complete,"
+                " thinking) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, role, _to_db(text), now, stats_json, complete,
+                 _to_db(thinking)))
             message_id = _rowid(cursor)
             if complete:
                 self._index(db, message_id, text)
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                        (now, conversation_id))
         return Message(message_id, conversation_id, role, text, now,
-                       _load_json(stats_json), complete)
+                       _load_json(stats_json), complete, thinking)
 
     def messages(self, conversation_id: int) -> list[Message]:
         """All messages of the conversation, oldest first."""
@@ -341,21 +348,23 @@ class Store:
         """An empty, unfinished assistant message to stream into."""
         return self.add_message(conversation_id, "assistant", "", complete=False)
 
-    def update_reply(self, message_id: int, text: str) -> None:
+    def update_reply(self, message_id: int, text: str, thinking: str = "") -> None:
         """Save the reply's text so far: one UPDATE, committed at once."""
         with self._using("save the conversation") as db:
-            cursor = db.execute("UPDATE messages SET text = ? WHERE id = ? AND complete = 0",
-                                (_to_db(text), message_id))
+            cursor = db.execute("UPDATE messages SET text = ?, thinking = ?"
+                                " WHERE id = ? AND complete = 0",
+                                (_to_db(text), _to_db(thinking), message_id))
             _require(cursor, _REPLY_GONE)
 
     def finish_reply(self, message_id: int, text: str,
-                     stats: Mapping[str, Any] | None) -> Message:
-        """Save the reply's final text and stats and mark it complete."""
+                     stats: Mapping[str, Any] | None, thinking: str = "") -> Message:
+        """Save the reply's final text, thinking and stats and mark it complete."""
         stats_json = None if stats is None else _dump_json(stats)
         with self._writing("save the conversation") as db:
             cursor = db.execute(
-                "UPDATE messages SET text = ?, stats = ?, complete = 1"
-                " WHERE id = ? AND complete = 0", (_to_db(text), stats_json, message_id))
+                "UPDATE messages SET text = ?, stats = ?, complete = 1, thinking = ?"
+                " WHERE id = ? AND complete = 0",
+                (_to_db(text), stats_json, _to_db(thinking), message_id))
             _require(cursor, _REPLY_GONE)
             self._index(db, message_id, text)
             row = db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?",
@@ -554,7 +563,7 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
 
 def _message(row: tuple[Any, ...]) -> Message:
     return Message(row[0], row[1], cast(Role, row[2]), _from_db(row[3]), row[4],
-                   _load_json(row[5]), bool(row[6]))
+                   _load_json(row[5]), bool(row[6]), _from_db(row[7]))
 
 
 def _rowid(cursor: sqlite3.Cursor) -> int:

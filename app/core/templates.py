@@ -74,6 +74,8 @@ class ChatTemplate:
     supports_system: bool
     requires_alternation: bool
     stop: tuple[str, ...] = ()  # text that ends a reply besides the end-of-generation tokens
+    # Why the model file's own template is not the one in use (it failed), for the user.
+    problem: str = ""
 
 
 # --- the sandbox -------------------------------------------------------------------
@@ -168,7 +170,10 @@ def _private_names(ast: nodes.Template) -> Iterator[str]:
 
 @functools.lru_cache(maxsize=32)
 def _compile(text: str) -> tuple[jinja2.Template, str]:
-    """The compiled template and a marker character that does not occur in its text."""
+    """The compiled template and a marker character that does not occur in its text.
+
+    Kept for the next render: compiling a long template (gpt-oss, Qwen3) costs more
+    than rendering a whole conversation with it."""
     try:
         ast = _ENV.parse(text)
     except jinja2.TemplateSyntaxError as exc:
@@ -576,6 +581,7 @@ def resolve(
     def probed(name: str, source: str, text: str, stop: tuple[str, ...] = ()) -> ChatTemplate:
         return _probed(ChatTemplate(name, source, text, bos_token, eos_token, True, False, stop))
 
+    problem = ""
     if override and override.strip():
         if override.strip() not in _BUILTINS:
             return probed("Custom", SOURCE_OVERRIDE, override)
@@ -583,7 +589,13 @@ def resolve(
     else:
         own = metadata.get("tokenizer.chat_template")
         if isinstance(own, str) and own.strip():
-            return probed(_label_of(own), SOURCE_MODEL_FILE, own)
+            try:
+                return probed(_label_of(own), SOURCE_MODEL_FILE, own)
+            except _SandboxError:
+                raise  # a file that tries to escape is refused, not worked around
+            except TemplateError as err:
+                # Never a silent wrong format: the built-in one, with why, for the user.
+                problem = str(err).replace(f" {_ADVICE}", "")
         architecture = metadata.get("general.architecture")
         family = _builtin_for(architecture if isinstance(architecture, str) else "", has_token)
         source = f"built-in: {family}"
@@ -592,7 +604,25 @@ def resolve(
     text = builtin.body
     if builtin.always_bos or (_wants_bos(metadata) if add_bos is None else add_bos):
         text = "{{ bos_token }}" + text
-    return probed(builtin.label, source, text, builtin.stop)
+    return replace(probed(builtin.label, source, text, builtin.stop), problem=problem)
+
+
+def next_turn_markers(template: ChatTemplate) -> tuple[str, ...]:
+    """What the template writes between a reply and the user's next message: a model
+    that writes it has started the user's turn (a base model does)."""
+    messages = [{"role": "user", "content": "first question"},
+                {"role": "assistant", "content": "a reply"},
+                {"role": "user", "content": "next question"}]
+    try:
+        segments = _segments(template, messages, add_generation_prompt=False)
+    except TemplateError:
+        return ()
+    texts = [segment.text for segment in segments]
+    if "a reply" not in texts or "next question" not in texts:
+        return ()
+    between = "".join(texts[texts.index("a reply") + 1:texts.index("next question")]).strip()
+    lines = [line.strip() for line in between.splitlines() if line.strip()]
+    return tuple(dict.fromkeys(m for m in (between, lines[-1] if lines else "") if m))
 
 
 __all__ = [
@@ -602,6 +632,7 @@ __all__ = [
     "ChatTemplate",
     "Segment",
     "TemplateError",
+    "next_turn_markers",
     "render",
     "resolve",
     "validate",

@@ -27,6 +27,7 @@ class _Held:
     text: str
     stats: dict[str, Any] | None = None
     row_id: int | None = None  # a reply begun on disk whose final save failed
+    thinking: str = ""
 
 
 @dataclass
@@ -88,7 +89,8 @@ class UnsavedMessages:
             return conversation_id
 
     def hold(self, conversation_id: int, role: Role, text: str,
-             stats: dict[str, Any] | None = None, row_id: int | None = None) -> int:
+             stats: dict[str, Any] | None = None, row_id: int | None = None, *,
+             thinking: str = "") -> int:
         """Keep a message the disk refused; returns the id standing in for its row."""
         with self.lock:
             held = self._find(conversation_id)
@@ -96,7 +98,7 @@ class UnsavedMessages:
                 held = _Conversation(self.saved_id(conversation_id), "", "", {})
                 self._conversations.append(held)
             self._last_id -= 1
-            held.messages.append(_Held(self._last_id, role, text, stats, row_id))
+            held.messages.append(_Held(self._last_id, role, text, stats, row_id, thinking))
             return self._last_id
 
     def merged(self, conversation_id: int) -> list[Message]:
@@ -109,9 +111,10 @@ class UnsavedMessages:
                 return stored
             finished = {m.row_id: m for m in held.messages if m.row_id is not None}
             merged = [replace(m, text=finished[m.id].text, stats=finished[m.id].stats,
-                              complete=True) if m.id in finished else m for m in stored]
+                              thinking=finished[m.id].thinking, complete=True)
+                      if m.id in finished else m for m in stored]
             return merged + [Message(m.id, conversation_id, m.role, m.text, time.time(),
-                                     m.stats, True)
+                                     m.stats, True, m.thinking)
                              for m in held.messages if m.row_id is None]
 
     def forget_from(self, conversation_id: int, message: Message) -> None:
@@ -141,7 +144,9 @@ class UnsavedMessages:
             message = held.messages[0]
             if message.row_id is not None:
                 with contextlib.suppress(NotFoundError):  # deleted: nothing left to finish
-                    self.store.finish_reply(message.row_id, message.text, message.stats)
+                    self.store.finish_reply(message.row_id, message.text, message.stats,
+                                            message.thinking)
             else:
-                self.store.add_message(held.id, message.role, message.text, message.stats)
+                self.store.add_message(held.id, message.role, message.text, message.stats,
+                                       thinking=message.thinking)
             held.messages.pop(0)

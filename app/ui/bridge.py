@@ -12,6 +12,8 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
+from app.core.replies import Thinking
+
 
 class PieceStream(QObject):
     """Streamed text waiting for the GUI thread."""
@@ -32,12 +34,13 @@ class PieceStream(QObject):
         if first:
             self.arrived.emit()
 
-    def take(self) -> str:
-        """GUI thread: everything that arrived since the last take()."""
+    def take(self) -> tuple[str, str]:
+        """GUI thread: the (thinking, answer) that arrived since the last take(); a reply
+        thinks first, so the thinking comes before the answer's text."""
         with self._lock:
-            text = "".join(self._parts)
-            self._parts.clear()
-        return text
+            parts, self._parts = self._parts, []
+        return ("".join(p for p in parts if isinstance(p, Thinking)),
+                "".join(p for p in parts if not isinstance(p, Thinking)))
 
 
 class ProgressRelay(QObject):

@@ -51,6 +51,7 @@ class Entry:
     model: str = ""
     stats: ReplyStats | None = None
     note: str = ""  # why the message ended early, shown under it
+    thinking: str = ""  # a reply's thought, folded above it
     height: int = 0  # of its row when it was last released
     row: MessageWidget | None = None
 

@@ -6,14 +6,13 @@ import math
 from collections.abc import Sequence
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
-from PySide6.QtGui import QColor, QFont, QPalette, QResizeEvent, QWheelEvent
+from PySide6.QtGui import QColor, QFont, QPalette, QResizeEvent
 from PySide6.QtWidgets import (
     QApplication,
     QFrame,
     QHBoxLayout,
     QLabel,
     QSizePolicy,
-    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -22,6 +21,8 @@ from PySide6.QtWidgets import (
 from app.core.replies import ReplyStats, describe
 from app.ui.live_reply import LiveReply
 from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
+from app.ui.message_text import MessageText
+from app.ui.thinking_view import ThinkingView
 
 BUBBLE_SHARE = 0.8  # of the column a user's bubble may take
 BUBBLE_PADDING = (14, 10, 6)  # sides, top, bottom (the line height adds below)
@@ -59,69 +60,6 @@ def _scaled(font: QFont, factor: float) -> QFont:
     elif font.pixelSize() > 0:  # a font set in pixels has no point size
         scaled.setPixelSize(round(font.pixelSize() * factor))
     return scaled
-
-
-class MessageText(QTextBrowser):
-    """A message's rendered text: selectable, sized to its content, inert.
-
-    Nothing is ever loaded (``loadResource`` answers nothing) and links are only
-    reported through ``anchorClicked``; the message decides what they do.
-    """
-
-    def __init__(self, parent: QWidget | None = None) -> None:
-        super().__init__(parent)
-        self.setOpenLinks(False)
-        self.setOpenExternalLinks(False)
-        self.setUndoRedoEnabled(False)
-        self.setFrameShape(QFrame.Shape.NoFrame)
-        self.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
-        self.viewport().setAutoFillBackground(False)
-        self.setAutoFillBackground(False)
-        self.document().setDocumentMargin(0)
-        policy = QSizePolicy(QSizePolicy.Policy.Preferred, QSizePolicy.Policy.Fixed)
-        policy.setHeightForWidth(True)
-        self.setSizePolicy(policy)
-        self.document().documentLayout().documentSizeChanged.connect(self.updateGeometry)
-
-    def loadResource(self, kind: int, name: QUrl | str) -> object:
-        return None
-
-    def lay_out(self, width: int) -> None:
-        """Lay the text out for ``width``; a no-op when it already is.
-
-        QTextDocument.setTextWidth lays the whole document out again even for the
-        same width, and width probes are frequent, so every caller comes here.
-        """
-        document = self.document()
-        if document.textWidth() != width:
-            document.setTextWidth(width)
-
-    def hasHeightForWidth(self) -> bool:
-        return True
-
-    def heightForWidth(self, width: int) -> int:
-        self.lay_out(width)
-        return math.ceil(self.document().size().height())
-
-    def sizeHint(self) -> QSize:
-        # The height at the current text width: no layout at a guessed width.
-        return QSize(self.width(), math.ceil(self.document().size().height()))
-
-    def minimumSizeHint(self) -> QSize:
-        return QSize(0, 0)
-
-    def resizeEvent(self, event: QResizeEvent) -> None:
-        if self.document().textWidth() == event.size().width():
-            # Already laid out for this width (heightForWidth did it): QTextEdit would
-            # lay it all out again for a width change, so tell it only the height did.
-            event = QResizeEvent(event.size(), QSize(event.size().width(),
-                                                     event.oldSize().height()))
-        super().resizeEvent(event)
-
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        event.ignore()  # the transcript scrolls, never the message inside it
 
 
 class _UserRow(QWidget):
@@ -189,7 +127,7 @@ class MessageWidget(QFrame):
     """The user wants to edit this message; carries its text."""
 
     def __init__(self, role: str, text: str, theme: Theme, *, model: str = "",
-                 stats: ReplyStats | None = None, note: str = "",
+                 stats: ReplyStats | None = None, note: str = "", thinking: str = "",
                  width: int = 600, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         # Laid out at its final width from the start: a QTextDocument layout is the
@@ -209,6 +147,8 @@ class MessageWidget(QFrame):
         self.text.anchorClicked.connect(self._on_anchor_clicked)
         self._author = QLabel(self)
         self._author.setObjectName("messageAuthor")
+        self.thinking = ThinkingView(self)  # shown when the reply has thinking
+        self.thinking.set_text(thinking, stats)
         self._error = QLabel(self)
         self._error.setObjectName("replyError")
         self._error.setWordWrap(True)
@@ -253,6 +193,7 @@ class MessageWidget(QFrame):
             bar.addWidget(self.copy_button)
         else:
             layout.addWidget(self._author)
+            layout.addWidget(self.thinking)
             layout.addWidget(self.text)
             for button in (self.copy_button, self.regenerate_button, self.details_button):
                 bar.addWidget(button)
@@ -309,11 +250,17 @@ class MessageWidget(QFrame):
 
     def stream(self, text: str) -> None:
         if self._live is not None:
+            self.thinking.answer_began()
             self._live.append(text)
+
+    def stream_thinking(self, text: str) -> None:
+        if self._live is not None:
+            self.thinking.stream(text)
 
     def finish(self, text: str, stats: ReplyStats | None) -> None:
         """The final text, rendered once, and the reply's stats."""
         self._live = None
+        self.thinking.finish(stats)
         self._markdown = text
         self._stats = stats
         self._apply_stats()

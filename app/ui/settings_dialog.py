@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QHideEvent, QIntValidator, QShowEvent
@@ -133,13 +133,33 @@ _TUNING_BOXES: tuple[tuple[str, str, Callable[[QWidget, str, str], QWidget]], ..
 )
 
 
+# A thinking model's thinking (thinking.THINKING_CHOICES): low/medium/high is gpt-oss's
+# reasoning effort; elsewhere each means "on".
+_THINKING_CHOICES = (("on", "On"), ("off", "Off (answer at once)"),
+                     ("low", "Low effort (gpt-oss)"), ("medium", "Medium effort (gpt-oss)"),
+                     ("high", "High effort (gpt-oss)"))
+
+
+def _budget_box(parent: QWidget, name: str, label: str) -> QSpinBox:
+    box = _whole_box(0, 1 << 20, "No limit")(parent, name, label)
+    box.setSingleStep(100)
+    box.setSuffix(" tokens")
+    box.setToolTip("After this many thinking tokens Fireside ends the thought and the "
+                   "model answers")
+    return box
+
+
 # The sampling settings, in the general tab and in "This model": field, label, box.
 _SAMPLING_BOXES = (("temperature", "Temperature", _real_box(0.0, 2.0, 0.05)),
                    ("top_p", "Top-p", _real_box(0.01, 1.0, 0.01)),
                    ("top_k", "Top-k", _whole_box(0, 1000, "Off")),
                    ("min_p", "Min-p", _real_box(0.0, 1.0, 0.01)),
                    ("repeat_penalty", "Repeat penalty", _real_box(0.5, 2.0, 0.05)),
-                   ("max_tokens", "Max reply tokens", _whole_box(1, 1 << 20)))
+                   ("max_tokens", "Max reply tokens", _whole_box(1, 1 << 20)),
+                   ("thinking", "Thinking",
+                    lambda parent, name, label: _choice_box(parent, name, label,
+                                                            _THINKING_CHOICES)),
+                   ("thinking_budget", "Thinking budget", _budget_box))
 
 
 def _spin_value(field: str, box: QSpinBox | QDoubleSpinBox) -> object:
@@ -150,7 +170,7 @@ def _spin_value(field: str, box: QSpinBox | QDoubleSpinBox) -> object:
     if field == "context_size" and 0 < box.value() < MIN_CONTEXT:
         box.setValue(MIN_CONTEXT)  # comes back here with a usable size
         return _CLAMPED
-    if field in ("context_size", "threads", "prompt_threads", "batch_size"):
+    if field in ("context_size", "threads", "prompt_threads", "batch_size", "thinking_budget"):
         if field == "batch_size" and 0 < box.value() < 32:
             box.setValue(32)
             return _CLAMPED
@@ -323,12 +343,17 @@ class SettingsDialog(QDialog):
         self.system_prompt.textChanged.connect(self._prompt_timer.start)
         form.addRow("System prompt", self.system_prompt)
 
-        boxes = {name: self._default(make(page, f"{name}Box", label), name, form)
-                 for name, label, make in _SAMPLING_BOXES}
+        boxes: dict[str, Any] = {}
+        for name, label, make in _SAMPLING_BOXES:
+            box = make(page, f"{name}Box", label)
+            boxes[name] = (self._default(box, name, form)
+                           if isinstance(box, QSpinBox | QDoubleSpinBox)
+                           else self._default_choice(box, name, form))
         self.temperature, self.top_p, self.top_k = (boxes["temperature"], boxes["top_p"],
                                                     boxes["top_k"])
         self.min_p, self.repeat_penalty = boxes["min_p"], boxes["repeat_penalty"]
         self.max_tokens = boxes["max_tokens"]
+        self.thinking, self.thinking_budget = boxes["thinking"], boxes["thinking_budget"]
 
         self.seed = QLineEdit("" if self.prefs.seed is None else str(self.prefs.seed), page)
         self.seed.setObjectName("seedBox")
@@ -507,7 +532,8 @@ class SettingsDialog(QDialog):
             "template_override": options.template_override,
             "system_prompt": self.prefs.system_prompt_for(path),
             **{name: getattr(sampling, name) for name in MODEL_FIELDS
-               if hasattr(sampling, name)}}
+               if hasattr(sampling, name)},
+            "thinking_budget": sampling.thinking_budget or 0}
         self._filling = True
         try:
             for name, box in self.model_boxes.items():

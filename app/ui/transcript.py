@@ -109,10 +109,14 @@ class TranscriptView(QWidget):
         source, entry = self._source, self._live
         if source is None or entry is None:
             return
-        text = source.take()
-        if text:
+        thought, text = source.take()
+        if thought:
+            entry.thinking += thought
             if entry.row is not None:
-                entry.row.stream(text)
+                entry.row.stream_thinking(thought)
+        if text and entry.row is not None:
+            entry.row.stream(text)
+        if thought or text:
             self._frame.start()  # what comes during this frame waits for its end
 
     def finish_reply(self, text: str, stats: ReplyStats | None) -> None:
@@ -163,7 +167,8 @@ class TranscriptView(QWidget):
 
     def _build_row(self, entry: Entry, width: int, parent: QWidget) -> MessageWidget:
         row = MessageWidget(entry.role, entry.text, self._theme, model=entry.model,
-                            stats=entry.stats, note=entry.note, width=width, parent=parent)
+                            stats=entry.stats, note=entry.note, thinking=entry.thinking,
+                            width=width, parent=parent)
         row.copied.connect(self.copy_done)
         row.link_activated.connect(self.link_clicked)
         row.regenerate_requested.connect(self.regenerate_requested)
@@ -226,6 +231,11 @@ class TranscriptView(QWidget):
             f" border-radius: 14px; }}"
             f" #messageAuthor {{ color: {muted}; font-weight: 600; }}"
             f" #replyDetails {{ color: {muted}; padding: 2px 4px; }}"
+            f" #thinkingText {{ color: {muted}; background: transparent; }}"
+            f" #thinkingToggle {{ color: {muted}; border: none; padding: 2px 4px;"
+            f" border-radius: 6px; }}"
+            f" #thinkingToggle:hover, #thinkingToggle:focus {{"
+            f" background: {mix(base, text, 0.1).name()}; color: {text.name()}; }}"
             f" #replyError {{ color: {'#ff7b72' if self._theme.dark else '#cf222e'}; }}"
             f" {action} {{ color: {muted}; border: none; padding: 3px 8px;"
             f" border-radius: 6px; }}"
@@ -239,7 +249,7 @@ class TranscriptView(QWidget):
 def _entry(message: Message) -> Entry:
     stats = message.reply_stats
     return Entry(message.role, message.text, model=stats.model if stats else "", stats=stats,
-                 note="" if message.complete else INTERRUPTED)
+                 note="" if message.complete else INTERRUPTED, thinking=message.thinking)
 
 
 def _last_user(entries: Sequence[Entry]) -> Entry | None:

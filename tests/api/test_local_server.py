@@ -345,3 +345,36 @@ def test_a_shared_prefix_is_read_once(serve: Serve) -> None:
         warm = ask_with("Second question?")
     assert cold.usage.prompt_tokens > 400
     assert warm.usage.prompt_tokens_details.cached_tokens > 0.9 * cold.usage.prompt_tokens
+
+
+def test_a_thinking_models_thought_comes_as_reasoning_content_never_as_content(
+        thinking_model_path: Path) -> None:
+    prefs = settings.load().settings
+    prefs.temperature, prefs.seed, prefs.thinking_budget = 0.0, 1, 20
+    core = Fireside.open(prefs=prefs)
+    server = LocalServer(core, free_port())
+    try:
+        core.load(thinking_model_path).result()
+        server.start()
+        story = "Write a long story about a dragon who loves tea."
+        whole = ask(server, story, max_tokens=80)
+        message = whole.choices[0].message
+        thought = getattr(message, "reasoning_content", None)
+        assert thought and message.content and "think>" not in message.content + thought
+        assert 0 < whole.usage.completion_tokens_details.reasoning_tokens <= 22
+        thoughts, answers = [], []
+        with client(server) as api:
+            for chunk in api.chat.completions.create(
+                    model="anything", messages=[{"role": "user", "content": story}],
+                    stream=True, max_tokens=80, temperature=0, seed=1):
+                for choice in chunk.choices:
+                    thoughts.append(getattr(choice.delta, "reasoning_content", None) or "")
+                    answers.append(choice.delta.content or "")
+        assert ("".join(thoughts), "".join(answers)) == (thought, message.content)
+        # reasoning_effort "none" switches thinking off, as the thinking setting does.
+        off = ask(server, story, max_tokens=40, reasoning_effort="none")
+        assert not getattr(off.choices[0].message, "reasoning_content", None)
+        assert off.usage.completion_tokens_details.reasoning_tokens == 0
+    finally:
+        server.stop()
+        core.close()

@@ -149,7 +149,9 @@ def test_a_stored_conversation_goes_on_in_a_later_terminal_chat(smollm2_path: Pa
 
 
 @pytest.mark.parametrize("args", [["chat", "--top-p", "2", "hi"], ["chat", "--max-tokens", "0"],
-                                  ["chat", "--model", "no-such-model", "hi"], ["nonsense"]])
+                                  ["chat", "--model", "no-such-model", "hi"], ["nonsense"],
+                                  ["chat", "--thinking-budget", "-1", "hi"],
+                                  ["chat", "--thinking", "sometimes", "hi"]])
 def test_bad_arguments_exit_non_zero(args: list[str]) -> None:
     result = fireside(*args)
     assert result.returncode == 2
@@ -203,3 +205,32 @@ def test_the_terminal_sees_other_apps_models_and_each_models_own_settings(
     typed = events(fireside("chat", "--json", "--model", "smollm2:135m", "--temperature", "0",
                             "--max-tokens", "6", PROBE).stdout)[-1]
     assert 3 < typed["tokens"] <= 6, "the command line beats the model's own setting"
+
+
+STORY = "Write a long story about a dragon who loves tea."
+
+
+def test_thinking_in_the_terminal_is_apart_bounded_and_can_be_hidden(
+        thinking_model_path: Path) -> None:
+    model = ("--model", str(thinking_model_path), "--temperature", "0", "--seed", "1",
+             "--max-tokens", "120")
+    ran = fireside("chat", "--json", *model, "--thinking-budget", "25", STORY)
+    assert ran.returncode == 0, ran.stderr
+    seen = events(ran.stdout)
+    thought = "".join(e["text"] for e in seen if e["event"] == "thinking_delta")
+    answer = "".join(e["text"] for e in seen if e["event"] == "delta")
+    [reply] = [e for e in seen if e["event"] == "reply"]
+    assert thought.strip() == reply["thinking"] and answer == reply["text"]
+    assert 0 < reply["thinking_tokens"] <= 27 and reply["text"].strip()
+
+    plain = fireside("chat", *model, "--thinking-budget", "25", STORY)
+    assert plain.stdout.startswith(reply["thinking"][:20])  # the thought, then the answer
+    assert reply["text"].strip()[:20] in plain.stdout
+    hidden = fireside("chat", *model, "--thinking-budget", "25", "--hide-thinking", STORY)
+    assert reply["thinking"][:20] not in hidden.stdout
+    assert hidden.stdout.strip() == reply["text"].strip()
+
+    off = events(fireside("chat", "--json", *model, "--thinking", "off", STORY).stdout)
+    [reply] = [e for e in off if e["event"] == "reply"]
+    assert reply["thinking"] == "" and reply["thinking_tokens"] == 0 and reply["text"]
+    assert not [e for e in off if e["event"] == "thinking_delta"]

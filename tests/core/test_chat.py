@@ -116,9 +116,10 @@ def test_a_full_context_drops_the_oldest_turns(smollm2_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_kill_9_mid_reply_keeps_the_text_so_far(gemma_path: Path) -> None:
+def test_kill_9_mid_reply_keeps_the_text_so_far(smollm2_path: Path) -> None:
+    # A chat model: a base model's reply would end at its first blank line.
     process = subprocess.Popen(
-        [sys.executable, "-m", "app", "chat", "--json", "--model", str(gemma_path),
+        [sys.executable, "-m", "app", "chat", "--json", "--model", str(smollm2_path),
          "--temperature", "0.8", "--seed", "7", "--max-tokens", "3000",
          "Write a very long story about a lighthouse keeper."],
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))

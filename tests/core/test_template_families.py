@@ -69,11 +69,16 @@ FAMILIES = [
     Family("mistral-nemo", "<s>", "</s>"),
     Family("ministral-3-reasoning", "<s>", "</s>"),
     Family("phi-4", "<|endoftext|>", "<|im_end|>"),
+    Family("phi-4-reasoning", "<|endoftext|>", "<|im_end|>", thinks=True),
     Family("gemma-2", "<bos>", "<eos>"),
+    Family("gemma-3", "<bos>", "<eos>"),
+    Family("granite-3.0", "<|end_of_text|>", "<|end_of_text|>"),
     Family("granite-3.3", "<|end_of_text|>", "<|end_of_text|>",
            variants=({}, {"thinking": True})),
+    Family("smollm2", "<|im_start|>", "<|im_end|>"),
     Family("smollm3", "", "<|im_end|>", thinks=True,
            variants=({}, {"enable_thinking": True}, {"enable_thinking": False})),
+    Family("glm-4", "", "<|endoftext|>"),
     Family("glm-4.6", "", "<|endoftext|>", thinks=True,
            variants=({}, {"enable_thinking": True}, {"enable_thinking": False})),
 ]
@@ -96,8 +101,11 @@ def fixed_clock(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 def load(family: Family) -> ChatTemplate:
     """The template as the engine gets it from a model file with this template."""
     text = (FIXTURES / f"{family.fixture}.jinja").read_text(encoding="utf-8")
-    return templates.resolve({"tokenizer.chat_template": text}, lambda _t: False,
-                             bos_token=family.bos, eos_token=family.eos)
+    template = templates.resolve({"tokenizer.chat_template": text}, lambda _t: False,
+                                 bos_token=family.bos, eos_token=family.eos)
+    # The fixture itself, not a built-in standing in for a template Fireside refused.
+    assert template.source == templates.SOURCE_MODEL_FILE and template.text == text
+    return template
 
 
 def joined(segments: Sequence[Segment]) -> str:
@@ -108,7 +116,7 @@ def as_given(template: ChatTemplate, messages: Sequence[Mapping[str, str]],
              system_prompt: str) -> list[dict[str, str]]:
     """The conversation Fireside gives the template, in transformers' message form."""
     convo = [{"role": "system", "content": system_prompt}, *[dict(m) for m in messages]]
-    if not template.supports_system:  # Gemma 2: the system text opens the first user turn
+    if not template.supports_system:  # Gemma 2, Phi-4-reasoning: it opens the first user turn
         first = convo[1]
         convo = [{**first, "content": f"{system_prompt}\n\n{first['content']}"}, *convo[2:]]
     for m in convo:

@@ -6,6 +6,7 @@ renders; the vocabularies come from vocabulary-only loads of the real files.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -335,7 +336,10 @@ def test_escape_built_at_run_time_is_refused_when_reached() -> None:
 def test_syntax_error_names_the_line() -> None:
     broken = "{% for m in messages %}\n{{ m.content }}\n{% if m.role == 'user' %}\n{% endfor %}"
     with pytest.raises(TemplateError, match=r"line 4\b"):
-        templates.resolve({"tokenizer.chat_template": broken}, lambda _: False)
+        templates.validate(broken)
+    # The model file's own: its chats take the built-in format, saying why.
+    fallback = templates.resolve({"tokenizer.chat_template": broken}, lambda _: False)
+    assert fallback.source.startswith("built-in") and re.search(r"line 4\b", fallback.problem)
 
 
 @pytest.mark.parametrize("rewrite", [
@@ -346,7 +350,9 @@ def test_syntax_error_names_the_line() -> None:
 ], ids=["upper-cases", "repeats", "drops", "cuts"])
 def test_template_that_rewrites_messages_is_refused(rewrite: str) -> None:
     with pytest.raises(TemplateError, match="template override"):
-        templates.resolve({"tokenizer.chat_template": rewrite}, lambda _: False)
+        templates.validate(rewrite)
+    fallback = templates.resolve({"tokenizer.chat_template": rewrite}, lambda _: False)
+    assert fallback.source.startswith("built-in") and fallback.problem
 
 
 def test_reasoning_templates_may_drop_old_thinking() -> None:

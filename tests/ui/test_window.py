@@ -420,7 +420,7 @@ def test_closing_mid_reply_saves_the_text_so_far(open_window: WindowFactory,
 
 
 def test_window_stays_responsive_while_a_model_loads_and_a_reply_streams(
-        open_window: WindowFactory, qtbot: Any, gemma_path: Path) -> None:
+        open_window: WindowFactory, qtbot: Any, gemma_path: Path, smollm2_path: Path) -> None:
     greedy_settings(max_tokens=200)
     window = open_window()
     heartbeat = Heartbeat()
@@ -429,6 +429,11 @@ def test_window_stays_responsive_while_a_model_loads_and_a_reply_streams(
     choose_model(window.picker, gemma_path)
     wait_for_model_loaded(qtbot, window)
     loading_gap = heartbeat.stop()
+    choose_model(window.picker, smollm2_path)  # a chat model writes the long reply
+    assert window.controller is not None
+    core = window.controller.core
+    qtbot.waitUntil(lambda: core.model is not None and core.model.path == smollm2_path
+                    and not window.chat.models.loading, timeout=REPLY_TIMEOUT_MS)
 
     heartbeat.start()
     _text, stats = send(qtbot, window, STORY)

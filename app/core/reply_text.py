@@ -1,0 +1,108 @@
+"""What the pieces of a streaming reply become: a thought and an answer, each delivered
+as it comes, the answer ended by a stop string where there is one.
+
+Every backend feeds its decoded text here, so the local engine and a server's model
+show thinking and stop the same way.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+from app.core.replies import Thinking
+from app.core.stop_text import StopText
+from app.core.thinking import UNMARKED, ThinkingFormat, ThoughtSplitter
+
+
+class ReplyText:
+    def __init__(self, on_piece: Callable[[str], None] | None,
+                 fmt: ThinkingFormat = UNMARKED, inside: bool = False,
+                 stops: Sequence[str] = (), stop_on_repeat: bool = False) -> None:
+        self._on_piece = on_piece
+        self._splitter = ThoughtSplitter(fmt, inside)
+        self._stops = StopText(stops) if stops else None
+        self._thinking: list[str] = []
+        self._answer: list[str] = []
+        self.thinking_tokens = 0
+        self._thought_from = time.perf_counter() if inside else 0.0
+        self._thought_until = 0.0
+        self.stopped = False  # a stop string came: the reply is complete
+        # A base model that writes a line it already wrote (the user's words, again and
+        # again) is looping: the reply ends before that line.
+        self._repeats = stop_on_repeat
+        self._lines: set[str] = set()
+        self._line_start = 0  # where the answer's current line begins
+        self._length = 0  # of the answer so far
+
+    @property
+    def in_thought(self) -> bool:
+        return self._splitter.thinking
+
+    def add(self, piece: str, tokens: int = 1) -> None:
+        """Decoded text, and how many generated tokens it took."""
+        was_thinking = self._splitter.thinking
+        self._deliver(self._splitter.feed(piece))
+        if was_thinking or self._splitter.thinking:
+            self.thinking_tokens += tokens
+            now = time.perf_counter()
+            self._thought_from = self._thought_from or now
+            self._thought_until = now
+
+    def add_thinking(self, text: str, tokens: int = 0) -> None:
+        """Thinking a server sends apart from the answer (``reasoning_content``)."""
+        self.thinking_tokens += tokens
+        now = time.perf_counter()
+        self._thought_from = self._thought_from or now
+        self._thought_until = now
+        self._deliver([(True, text)])
+
+    def finish(self) -> tuple[str, str]:
+        """The whole (answer, thinking), once nothing more comes."""
+        self._deliver(self._splitter.flush())
+        if self._stops is not None and not self.stopped:
+            self._send(self._stops.flush())
+        answer = "".join(self._answer)
+        if self._repeats and self.stopped:
+            answer = answer[:self._line_start].rstrip()
+        return answer, "".join(self._thinking).rstrip()
+
+    @property
+    def thinking_s(self) -> float:
+        return max(0.0, self._thought_until - self._thought_from) if self._thinking else 0.0
+
+    def _deliver(self, parts: list[tuple[bool, str]]) -> None:
+        for is_thought, text in parts:
+            if is_thought:
+                self._thinking.append(text)
+                if self._on_piece is not None:
+                    self._on_piece(Thinking(text))
+            elif self._stops is None:
+                self._send(text)
+            elif not self.stopped:
+                # A blank line ends it only once the answer has begun.
+                self._send(self._stops.feed(text if self._answer else text.lstrip()))
+                self.stopped = self.stopped or self._stops.hit
+
+    def _send(self, text: str) -> None:
+        if not text or (self._repeats and self.stopped):
+            return
+        self._answer.append(text)
+        if self._on_piece is not None:
+            self._on_piece(text)
+        if self._repeats:
+            self._check_repeat(text)
+
+    def _check_repeat(self, text: str) -> None:
+        start = self._length
+        self._length += len(text)
+        at = text.find("\n")
+        while at >= 0:
+            end = start + at
+            line = "".join(self._answer)[self._line_start:end].strip()
+            if line and line in self._lines:
+                self.stopped = True
+                return
+            self._lines.add(line)
+            self._line_start = end + 1
+            at = text.find("\n", at + 1)
