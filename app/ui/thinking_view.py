@@ -48,8 +48,8 @@ class ThinkingView(QWidget):
         self.body.setObjectName("thinkingText")
         self.body.hide()
         layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
+        layout.setContentsMargins(0, 0, 0, 6)  # a little air above the answer
+        layout.setSpacing(4)
         layout.addWidget(self.toggle, 0, Qt.AlignmentFlag.AlignLeft)
         layout.addWidget(self.body)
         self._set_title(THINKING)

@@ -42,7 +42,8 @@ def test_the_thought_is_folded_above_a_plain_answer_and_opens_with_enter(
     # Opened again later, the conversation shows the same thought, folded.
     conversation = window.controller.conversation_id
     window.chat.new_chat()
-    qtbot.waitUntil(lambda: window.controller.conversation_id is None)
+    qtbot.waitUntil(lambda: window.controller.conversation_id is None
+                    and not window.sidebar.list.currentIndex().isValid())
     listed = window.sidebar.model
     qtbot.waitUntil(lambda: listed.row_of(conversation) >= 0)
     window.sidebar.list.setCurrentIndex(listed.index(listed.row_of(conversation)))
