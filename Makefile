@@ -37,6 +37,11 @@ lint: setup
 bench: setup
 	for script in tests/benchmarks/bench_*.py; do $(BIN)/python $$script || exit 1; done
 
+# Fireside against llama.cpp's own llama-bench (built once, cached): BENCH_ARGS=--quick etc.
+.PHONY: bench-native
+bench-native: setup
+	$(BIN)/python tests/benchmarks/bench_llama_cpp.py $(BENCH_ARGS)
+
 clean:
 	rm -rf $(VENV) build dist *.egg-info
 

@@ -38,6 +38,7 @@ from app.core import (
     header_cache,
     llama_runtime,
     memory,
+    sampler_chain,
     seq_states,
     state_files,
     templates,
@@ -306,6 +307,7 @@ class Engine(OneThreadBackend):
             llm = construct(options)
             notice = (f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
                       f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
+        sampler_chain.install(llm)
         n_threads = llm.n_threads
         try:
             template = _resolve_template(llm, options.template_override)
