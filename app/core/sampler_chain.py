@@ -43,7 +43,8 @@ def _chain(llm: llama_cpp.Llama, *, top_k: int = 40, top_p: float = 0.95,
     if (repeat_penalty <= 1.0 or frequency_penalty or presence_penalty or temp < 0.0
             or mirostat_mode or logits_processor is not None or grammar is not None
             or keep <= 0):
-        return stock()
+        chosen: llama_internals.LlamaSampler = stock()
+        return chosen
     last_n = llm.last_n_tokens_size
     sampler = llama_internals.LlamaSampler()
     sampler.add_top_k(keep + last_n)
