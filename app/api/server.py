@@ -201,7 +201,8 @@ class LocalServer:
             return _error(error_for(err))
         parts.append(reply.stop_text.flush())
         return JSONResponse(reply.answer.whole("".join(parts), finish_reason(done.stats),
-                                               done.stats, "".join(thoughts)))
+                                               done.stats, "".join(thoughts),
+                                               done.tool_calls))
 
     async def _events(self, reply: _Reply, item: _Taken | None) -> AsyncIterator[str]:
         answer = reply.answer
@@ -223,6 +224,8 @@ class LocalServer:
             tail = reply.stop_text.flush()
             if tail:
                 yield json.dumps(answer.chunk({"content": tail}))
+            for chunk in answer.call_chunks(done.tool_calls):
+                yield json.dumps(chunk)
             yield json.dumps(answer.last_chunk(finish_reason(done.stats), done.stats))
             if reply.asked.include_usage:
                 yield json.dumps(answer.usage_chunk(done.stats))

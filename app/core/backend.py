@@ -21,6 +21,7 @@ from app.core.options import LoadOptions, Sampling
 from app.core.replies import Reply
 from app.core.seq_states import StateCache
 from app.core.templates import ChatTemplate, Segment
+from app.core.tools import ToolPlan
 
 T = TypeVar("T")
 
@@ -84,11 +85,16 @@ class PromptPlan:
     dropped_turns: int = 0
     # The same prompt as messages, for a server that applies its own chat template.
     messages: tuple[dict[str, str], ...] = ()
+    tools: ToolPlan | None = None  # functions the model may call, and how it writes calls
 
 
 class Session:
     """What a prompt builder may use while its reply is set up: template, size, tokenizer.
     A backend gives its own tokenizer (``encode``)."""
+
+    # Whether Fireside writes the prompt and reads the reply itself, and so can give
+    # the model tools (a server applies its own template).
+    calls_tools = True
 
     def __init__(self, model: LoadedModel) -> None:
         self.model = model

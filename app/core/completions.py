@@ -8,13 +8,14 @@ inference thread, queued with the user's own chat (:meth:`Fireside.answer`).
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from app.core import templates, thinking
+from app.core import templates, thinking, tools
 from app.core.backend import (
     EngineClosed,
     EngineError,
@@ -25,13 +26,15 @@ from app.core.backend import (
     Session,
 )
 from app.core.options import Sampling
-from app.core.replies import ReplyStats
+from app.core.replies import ReplyStats, ToolCall
+from app.core.templates import Segment
 
 MAX_STOP_STRINGS = 4  # as OpenAI allows
-ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
+         "tool": "tool"}
 # Fields OpenAI clients send that change nothing here while they hold these values.
-HARMLESS = {"n": 1, "logprobs": False, "tools": [], "tool_choice": "none",
-            "response_format": {"type": "text"}}
+HARMLESS = {"n": 1, "logprobs": False, "response_format": {"type": "text"}}
+MAX_TOOLS = 128  # as OpenAI allows
 
 
 class ApiError(Exception):
@@ -55,22 +58,48 @@ def no_model(message: str = "No model is loaded in Fireside. Choose one in its w
 @dataclass(frozen=True)
 class CompletionRequest:
     model: str
-    messages: tuple[dict[str, str], ...]
+    messages: tuple[dict[str, Any], ...]
     sampling: dict[str, Any]  # Sampling fields the request sets; the rest are the model's
     stop: tuple[str, ...] = ()
     stream: bool = False
     include_usage: bool = False
     thinking: str = "on"  # from reasoning_effort: thinking.THINKING_CHOICES
+    tools: tools.ToolUse | None = None
 
     def prompt(self) -> PromptBuilder:
-        """The messages through the loaded model's own chat template."""
+        """The messages through the loaded model's own chat template; tools as the
+        family writes them, or in the generic format (app.core.tools)."""
         messages = list(self.messages)
+        use = self.tools
 
         def build(session: Session) -> PromptPlan:
-            variables = thinking.template_variables(session.template.text, self.thinking)
-            segments = templates.render(session.template, messages, extra=variables)
-            plain = ({"role": m["role"], "content": m["content"]} for m in messages)
-            return PromptPlan(session.encode(segments), 0, tuple(plain))
+            variables: dict[str, Any] = thinking.template_variables(
+                session.template.text, self.thinking)
+            uses_tools = use is not None or any(
+                m["role"] == "tool" or m.get("tool_calls") for m in messages)
+            if uses_tools and not session.calls_tools:
+                raise ApiError(400, "Tools work with models Fireside runs itself: the "
+                               "loaded model is on a server.", param="tools")
+            native = tools.format_for(session.template.text) if uses_tools else None
+            segments = None
+            if native is not None:
+                _refuse_control_tokens(session, tools.typed_strings(use, messages))
+                convo = tools.native_messages(messages, native)
+                if use is not None:
+                    variables["tools"] = [t.openai() for t in use.tools]
+                try:
+                    segments = templates.render(session.template, convo, extra=variables)
+                except templates.TemplateError:
+                    # The family's template cannot show this conversation with its typed
+                    # text kept apart: the generic format can.
+                    variables.pop("tools", None)
+                    native = None
+            if segments is None:
+                convo = tools.generic_messages(messages, use)
+                segments = templates.render(session.template, convo, extra=variables)
+            plain = ({"role": m["role"], "content": m["content"]} for m in convo)
+            return PromptPlan(session.encode(segments), 0, tuple(plain),
+                              tools=tools.plan(native, use))
 
         return build
 
@@ -119,13 +148,77 @@ def read_request(body: Any) -> CompletionRequest:
     seed = _typed(body, "seed", int, None)
     if seed is not None:
         sampling["seed"] = seed
+    use = _tool_use(body)
     effort = _typed(body, "reasoning_effort", str, "on")
     if effort not in ("on", "none", "minimal", "low", "medium", "high"):
         raise ApiError(400, "'reasoning_effort' must be none, minimal, low, medium or high.",
                        param="reasoning_effort")
     return CompletionRequest(model, _messages(body.get("messages")), sampling,
                              _stops(body.get("stop")), stream, include_usage,
-                             {"none": "off", "minimal": "low"}.get(effort, effort))
+                             {"none": "off", "minimal": "low"}.get(effort, effort), use)
+
+
+def _refuse_control_tokens(session: Session, strings: list[str]) -> None:
+    """A native template prints tools and calls as its own text: a control token in
+    them would be read as the model's own, so it is refused, never passed on."""
+    for text in strings:
+        if text and session.encode([Segment(text, False)]) != session.encode(
+                [Segment(text, True)]):
+            raise ApiError(400, f"A tool or a call holds the model's control tokens "
+                           f"({text[:40]!r}); they cannot be passed to it.", param="tools")
+
+
+def _tool_use(body: Mapping[str, Any]) -> tools.ToolUse | None:
+    """``tools``, ``tool_choice`` and ``parallel_tool_calls``, as OpenAI reads them."""
+    listed = body.get("tools")
+    choice_value = body.get("tool_choice")
+    # One call a reply unless asked (as llama.cpp's server): small models asked for
+    # one thing call it again and again.
+    parallel = _typed(body, "parallel_tool_calls", bool, False)
+    if listed is None or listed == []:
+        if choice_value not in (None, "none", "auto"):
+            raise ApiError(400, "'tool_choice' needs 'tools'.", param="tool_choice")
+        return None
+    if not isinstance(listed, list) or len(listed) > MAX_TOOLS:
+        raise ApiError(400, f"'tools' must be a list of up to {MAX_TOOLS} functions.",
+                       param="tools")
+    found = []
+    for i, item in enumerate(listed):
+        where = f"tools[{i}]"
+        function = item.get("function") if isinstance(item, Mapping) else None
+        if not isinstance(item, Mapping) or item.get("type") != "function" \
+                or not isinstance(function, Mapping):
+            raise ApiError(400, f"{where} must be {{\"type\": \"function\", \"function\": "
+                           "{...}}.", param=where)
+        name = function.get("name")
+        if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", name):
+            raise ApiError(400, f"{where}.function.name must be 1 to 64 letters, digits, "
+                           "underscores, dots or dashes.", param=f"{where}.function.name")
+        description = function.get("description") or ""
+        parameters = function.get("parameters") or {"type": "object", "properties": {}}
+        if not isinstance(description, str) or not isinstance(parameters, Mapping):
+            raise ApiError(400, f"{where}.function needs a text description and an object "
+                           "of parameters (a JSON schema).", param=where)
+        found.append(tools.Tool(name, description, parameters))
+    if choice_value is None:
+        choice = tools.AUTO
+    elif isinstance(choice_value, str) and choice_value in (
+            tools.AUTO, tools.NONE, tools.REQUIRED):
+        choice = choice_value
+    elif isinstance(choice_value, Mapping) and isinstance(
+            choice_value.get("function"), Mapping) \
+            and isinstance(choice_value["function"].get("name"), str):
+        choice = choice_value["function"]["name"]
+    else:
+        raise ApiError(400, "'tool_choice' must be auto, none, required or "
+                       "{\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                       param="tool_choice")
+    try:
+        use = tools.ToolUse(tuple(found), choice, parallel)
+        tools.plan(None, use)  # every schema is one Fireside can follow
+    except tools.ToolError as err:
+        raise ApiError(400, str(err), param="tools") from err
+    return use
 
 
 def _typed(body: Mapping[str, Any], name: str, kind: type, default: Any) -> Any:
@@ -149,26 +242,53 @@ def _number(body: Mapping[str, Any], name: str) -> float | None:
     return float(value)
 
 
-def _messages(value: Any) -> tuple[dict[str, str], ...]:
+def _messages(value: Any) -> tuple[dict[str, Any], ...]:
     if not isinstance(value, list) or not value:
         raise ApiError(400, "'messages' must be a non-empty list.", param="messages")
-    messages: list[dict[str, str]] = []
+    messages: list[dict[str, Any]] = []
     for i, message in enumerate(value):
         where = f"messages[{i}]"
         if not isinstance(message, Mapping):
             raise ApiError(400, f"{where} must be an object.", param=where)
         role = message.get("role")
         if role not in ROLES:
-            raise ApiError(400, f"{where}.role must be system, developer, user or assistant "
-                           f"(not {role!r}).", param=f"{where}.role")
-        entry = {"role": ROLES[role], "content": _content(message.get("content"),
-                                                          f"{where}.content")}
+            raise ApiError(400, f"{where}.role must be system, developer, user, assistant "
+                           f"or tool (not {role!r}).", param=f"{where}.role")
+        calls = _calls(message.get("tool_calls"), where) if role == "assistant" else ()
+        content = message.get("content")
+        entry: dict[str, Any] = {"role": ROLES[role], "content": "" if content is None and (
+            calls or role == "tool") else _content(content, f"{where}.content")}
+        if calls:
+            entry["tool_calls"] = calls
+        if role == "tool":
+            call_id = message.get("tool_call_id")
+            if not isinstance(call_id, str):
+                raise ApiError(400, f"{where}.tool_call_id must name the call it answers.",
+                               param=f"{where}.tool_call_id")
+            entry["tool_call_id"] = call_id
         # A reply's reasoning, as clients send it back: to the template, which decides.
         reasoning = message.get("reasoning_content")
         if ROLES[role] == "assistant" and isinstance(reasoning, str) and reasoning:
             entry["thinking"] = reasoning
         messages.append(entry)
     return tuple(messages)
+
+
+def _calls(value: Any, where: str) -> tuple[ToolCall, ...]:
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise ApiError(400, f"{where}.tool_calls must be a list.", param=f"{where}.tool_calls")
+    calls = []
+    for i, call in enumerate(value):
+        function = call.get("function") if isinstance(call, Mapping) else None
+        if not isinstance(function, Mapping) or not isinstance(function.get("name"), str) \
+                or not isinstance(function.get("arguments", "{}"), str):
+            raise ApiError(400, f"{where}.tool_calls[{i}] must hold a function's name and "
+                           "its arguments (JSON text).", param=f"{where}.tool_calls")
+        calls.append(ToolCall(function["name"], function.get("arguments", "{}"),
+                              str(call.get("id") or f"call_{i}")))
+    return tuple(calls)
 
 
 def _content(value: Any, where: str) -> str:
@@ -204,6 +324,8 @@ def _stops(value: Any) -> tuple[str, ...]:
 def finish_reason(stats: ReplyStats) -> str:
     if stats.finish_reason in ("length", "context"):
         return "length"
+    if stats.finish_reason == "tool_calls":
+        return "tool_calls"
     return "stop"  # the model ended, a stop string came, or Fireside is closing
 
 
@@ -232,15 +354,31 @@ class Answer:
     created: int = dataclasses.field(default_factory=lambda: int(time.time()))
 
     def whole(self, text: str, finish: str, stats: ReplyStats,
-              thought: str = "") -> dict[str, Any]:
+              thought: str = "", calls: tuple[ToolCall, ...] = ()) -> dict[str, Any]:
         # Thinking under llama.cpp's server's and vLLM's name, never in the content.
-        reasoning = {"reasoning_content": thought} if thought else {}
+        reasoning: dict[str, Any] = {"reasoning_content": thought} if thought else {}
+        if calls:
+            reasoning["tool_calls"] = [c.openai() for c in calls]
         return {**self._head("chat.completion"), "choices": [{
-            "index": 0, "message": {"role": "assistant", "content": text, **reasoning},
+            "index": 0, "message": {"role": "assistant",
+                                    "content": text if text or not calls else None,
+                                    **reasoning},
             "logprobs": None, "finish_reason": finish}], "usage": usage(stats),
             "timings": timings(stats)}
 
-    def chunk(self, delta: dict[str, str]) -> dict[str, Any]:
+    def call_chunks(self, calls: tuple[ToolCall, ...]) -> list[dict[str, Any]]:
+        """Calls as OpenAI streams them: index, id and name first, then the arguments."""
+        chunks = []
+        for index, call in enumerate(calls):
+            chunks.append(self.chunk({"tool_calls": [{
+                "index": index, "id": call.id, "type": "function",
+                "function": {"name": call.name, "arguments": ""}}]}))
+            for at in range(0, len(call.arguments), 64):
+                chunks.append(self.chunk({"tool_calls": [{
+                    "index": index, "function": {"arguments": call.arguments[at:at + 64]}}]}))
+        return chunks
+
+    def chunk(self, delta: dict[str, Any]) -> dict[str, Any]:
         return {**self._head("chat.completion.chunk"), "choices": [{
             "index": 0, "delta": delta, "logprobs": None, "finish_reason": None}]}
 

@@ -43,6 +43,7 @@ from app.core import (
     state_files,
     templates,
     thinking,
+    tools,
 )
 from app.core.backend import (
     EngineClosed,
@@ -366,11 +367,19 @@ class Engine(OneThreadBackend):
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
         fmt = thinking.format_for(model.template.text)
-        marks = _MarkerTokens.of(llm, fmt)
+        calls = plan.tools
+        marks = _MarkerTokens.of(llm, fmt, calls.format.shown if calls else ())
         inside = thinking.opened(_text_of(llm, tokens[-16:]), fmt)
         budget = thinking.budget(sampling.thinking, sampling.thinking_budget)
-        out = ReplyText(on_piece, fmt, inside, model.stops, stop_on_repeat=model.base_model)
-        if inside and budget == 0:  # thinking off, and the template opened a thought
+        out = ReplyText(on_piece, fmt, inside, model.stops, stop_on_repeat=model.base_model,
+                        calls=calls.format if calls else None,
+                        drop_calls=calls is not None and not calls.allowed)
+        # A call's arguments follow the functions' schemas: from the first token when the
+        # request forces a call (the thought skipped), else once a call has begun.
+        grammar = None if calls is None or not calls.allowed else sampler_chain.Grammar(
+            calls.grammar, None if calls.forced else tools.trigger_pattern(calls.format))
+        if inside and (budget == 0 or (calls and calls.forced)):
+            # thinking off (or a call forced), and the template opened a thought
             tokens = [*tokens, *marks.closing]
             out.add(fmt.closing, tokens=0)
         decoder = PieceDecoder(vocab, marks.shown)
@@ -383,7 +392,8 @@ class Engine(OneThreadBackend):
         def stream(prompt: list[int]) -> Generator[int, Sequence[int] | None, None]:
             return llm.generate(prompt, top_k=sampling.top_k, top_p=sampling.top_p,
                                 min_p=sampling.min_p, temp=sampling.temperature,
-                                repeat_penalty=sampling.repeat_penalty)
+                                repeat_penalty=sampling.repeat_penalty,
+                                grammar=grammar)  # type: ignore[arg-type]  # sampler_chain reads it
 
         # The abort check costs a Python call per graph node: worth it while a long
         # prompt is processed, not for each generated token (stop is checked between).
@@ -416,7 +426,7 @@ class Engine(OneThreadBackend):
                     break
                 produced += 1
                 out.add(decoder.decode(token))
-                if out.stopped:
+                if out.stopped or (out.calling and calls is not None and not calls.allowed):
                     finish = "stop"
                     break
                 if handle.stop_requested or self._closing.is_set():
@@ -458,15 +468,20 @@ class Engine(OneThreadBackend):
             finish_reason=finish,
             dropped_turns=plan.dropped_turns, model=model.name,
             thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
-        return Reply(answer, stats, thought)
+        if out.tool_calls and finish == "stop":
+            stats = dataclasses.replace(stats, finish_reason="tool_calls")
+        return Reply(answer, stats, thought, out.tool_calls)
 
 
     # Sequence states -------------------------------------------------------------
 
     def _keep_sequence(self) -> None:
-        """Save the sequence as it is, if it holds enough to be worth restoring."""
+        """Save the sequence as it is, if it holds enough to be worth restoring and is a
+        conversation's: a request to the local API sends its whole history each time, and
+        its sequences, kept, would fill the budget with states no one comes back to."""
         llm, key = self._llm, self._model_key
-        if llm is None or key is None or llm.n_tokens < seq_states.MIN_TOKENS:
+        if llm is None or key is None or llm.n_tokens < seq_states.MIN_TOKENS \
+                or self._owner is None:
             return
         ctx = llm._ctx.ctx
         size = llama_cpp.llama_state_seq_get_size(ctx, 0)
@@ -571,9 +586,11 @@ class _MarkerTokens:
     shown: frozenset[int]  # control tokens among the markers: rendered, to be told apart
 
     @classmethod
-    def of(cls, llm: llama_cpp.Llama, fmt: thinking.ThinkingFormat) -> _MarkerTokens:
+    def of(cls, llm: llama_cpp.Llama, fmt: thinking.ThinkingFormat,
+           calls: Sequence[str] = ()) -> _MarkerTokens:
+        """``calls``: the texts a tool call is written with, to be read as well."""
         vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        shown = {token for marker in fmt.markers
+        shown = {token for marker in (*fmt.markers, *calls)
                  for token in llm.tokenize(marker.encode(), add_bos=False, special=True)
                  if llama_cpp.llama_vocab_is_control(vocab, token)}
         closing = llm.tokenize(fmt.closing.encode(), add_bos=False, special=True)

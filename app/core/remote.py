@@ -49,6 +49,8 @@ _ESTIMATE = dataclasses.replace(templates.resolve({}, lambda _t: False, override
 
 
 class _Estimate(Session):
+    calls_tools = False
+
     def encode(self, segments: Sequence[templates.Segment]) -> list[int]:
         return [0] * (sum(len(s.text) for s in segments) // CHARS_PER_TOKEN + TEMPLATE_TOKENS)
 

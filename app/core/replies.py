@@ -7,14 +7,16 @@ is turned into words in one place, :func:`describe`.
 
 from __future__ import annotations
 
+import json
+import secrets
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any, Literal, get_args
 
 # "stop": the model ended its turn; "length": the reply length limit; "context": the
 # context filled up; "stopped": the user (or leaving) stopped it; "cut": the server
 # stopped answering mid-reply (``problem`` says how).
-FinishReason = Literal["stop", "length", "context", "stopped", "cut"]
+FinishReason = Literal["stop", "length", "context", "stopped", "cut", "tool_calls"]
 _FINISHES: tuple[FinishReason, ...] = get_args(FinishReason)
 
 
@@ -71,10 +73,31 @@ class ReplyStats:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    name: str
+    arguments: str  # JSON text, as OpenAI carries it
+    id: str = field(default_factory=lambda: f"call_{secrets.token_hex(12)}")
+
+    def openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": self.arguments}}
+
+    def for_template(self) -> dict[str, Any]:
+        """As transformers' templates expect it: arguments as an object."""
+        try:
+            arguments: Any = json.loads(self.arguments)
+        except ValueError:
+            arguments = self.arguments
+        return {"id": self.id, "type": "function",
+                "function": {"name": self.name, "arguments": arguments}}
+
+
+@dataclass(frozen=True)
 class Reply:
     text: str  # the answer
     stats: ReplyStats
     thinking: str = ""  # the model's thinking before it, shown apart
+    tool_calls: tuple[ToolCall, ...] = ()  # functions it calls, after the text
 
 
 class Thinking(str):

@@ -1,5 +1,6 @@
 """What the pieces of a streaming reply become: a thought and an answer, each delivered
-as it comes, the answer ended by a stop string where there is one.
+as it comes, the answer ended by a stop string where there is one, and the calls of
+functions that follow it (held back from the answer, parsed when the reply ends).
 
 Every backend feeds its decoded text here, so the local engine and a server's model
 show thinking and stop the same way.
@@ -10,7 +11,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 
-from app.core.replies import Thinking
+from app.core import tools
+from app.core.replies import Thinking, ToolCall
 from app.core.stop_text import StopText
 from app.core.thinking import UNMARKED, ThinkingFormat, ThoughtSplitter
 
@@ -18,8 +20,16 @@ from app.core.thinking import UNMARKED, ThinkingFormat, ThoughtSplitter
 class ReplyText:
     def __init__(self, on_piece: Callable[[str], None] | None,
                  fmt: ThinkingFormat = UNMARKED, inside: bool = False,
-                 stops: Sequence[str] = (), stop_on_repeat: bool = False) -> None:
+                 stops: Sequence[str] = (), *, stop_on_repeat: bool = False,
+                 calls: tools.ToolFormat | None = None, drop_calls: bool = False) -> None:
+        """``calls``: the format of the calls the model may write after its answer;
+        ``drop_calls``: none is allowed, and one begun is dropped (and ends the reply)."""
         self._on_piece = on_piece
+        self._calls = calls
+        self._drop_calls = drop_calls
+        self._opener = StopText([calls.opener]) if calls is not None else None
+        self._call_text: list[str] = []
+        self.tool_calls: tuple[ToolCall, ...] = ()
         self._splitter = ThoughtSplitter(fmt, inside)
         self._stops = StopText(stops) if stops else None
         self._thinking: list[str] = []
@@ -38,6 +48,11 @@ class ReplyText:
     @property
     def in_thought(self) -> bool:
         return self._splitter.thinking
+
+    @property
+    def calling(self) -> bool:
+        """A call of a function has begun: what follows is not the answer."""
+        return bool(self._call_text)
 
     def add(self, piece: str, tokens: int = 1) -> None:
         """Decoded text, and how many generated tokens it took."""
@@ -60,9 +75,25 @@ class ReplyText:
     def finish(self) -> tuple[str, str]:
         """The whole (answer, thinking), once nothing more comes."""
         self._deliver(self._splitter.flush())
+        if self._opener is not None and not self.calling:
+            held, self._opener = self._opener.flush(), None
+            self._deliver([(False, held)])
         if self._stops is not None and not self.stopped:
             self._send(self._stops.flush())
+        # A call that does not parse was cut short (the grammar holds calls begun):
+        # it is dropped, never shown as text.
+        began = self.calling
+        if self._drop_calls:
+            self._call_text = []
+        if self._calls is not None and self.calling:
+            written = "".join(self._call_text)
+            unique: dict[tuple[str, str], ToolCall] = {}
+            for call in tools.parse_calls(self._calls, written):
+                unique.setdefault((call.name, call.arguments), call)
+            self.tool_calls = tuple(unique.values())
         answer = "".join(self._answer)
+        if began:
+            answer = answer.rstrip()
         if self._repeats and self.stopped:
             answer = answer[:self._line_start].rstrip()
         return answer, "".join(self._thinking).rstrip()
@@ -77,12 +108,33 @@ class ReplyText:
                 self._thinking.append(text)
                 if self._on_piece is not None:
                     self._on_piece(Thinking(text))
+            elif self._opener is not None and not (text := self._divert(text)):
+                continue
             elif self._stops is None:
                 self._send(text)
             elif not self.stopped:
                 # A blank line ends it only once the answer has begun.
                 self._send(self._stops.feed(text if self._answer else text.lstrip()))
                 self.stopped = self.stopped or self._stops.hit
+
+    def _divert(self, text: str) -> str:
+        """What of ``text`` is answer; from a call's opener on, the rest is the call's."""
+        assert self._opener is not None and self._calls is not None
+        if self.calling:
+            self._call_text.append(text)
+            # The same call again: a small model looping; the reply ends before it.
+            written = tools.parse_calls(self._calls, "".join(self._call_text))
+            if len({(c.name, c.arguments) for c in written}) < len(written):
+                self.stopped = True
+            return ""
+        if self._calls.opens_call and "".join(self._answer).strip():
+            # A format whose calls open the answer: once it has begun, none comes.
+            held, self._opener = self._opener.flush(), None
+            return held + text
+        safe = self._opener.feed(text)
+        if self._opener.hit:
+            self._call_text.append(self._opener.rest)
+        return safe
 
     def _send(self, text: str) -> None:
         if not text or (self._repeats and self.stopped):

@@ -9,17 +9,38 @@ A repeat penalty of 1 or more only lowers the logits of the tokens among the las
 choice unchanged (tests/core/test_sampler_chain.py compares both chains token by token)
 and the penalty then looks at about a hundred candidates.
 
-Anything this reasoning does not cover (a grammar, logits processors, mirostat, a
-frequency or presence penalty, a bonus below 1, no top-k) keeps the stock chain.
+A :class:`Grammar` (a tool call's, :mod:`app.core.tools`) checks the token the chain
+picks, and only when it refuses it goes over the whole vocabulary and the chain picks
+again, as llama.cpp's own sampler does (a grammar over Gemma 3's vocabulary costs
+more than the model's step; bench_tools.py); a lazy one holds only from its trigger on.
+
+Anything else this reasoning does not cover (llama-cpp-python's own grammars, logits
+processors, mirostat, a frequency or presence penalty, no top-k) keeps the stock chain.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
+from dataclasses import dataclass
 from typing import Any
 
 import llama_cpp
 import llama_cpp._internals as llama_internals
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Grammar:
+    """A GBNF grammar for what the model writes: from the first token, or (``trigger``,
+    a regex matched against the whole reply so far) from where its group begins."""
+
+    gbnf: str
+    trigger: str | None = None
+
+
+class GrammarError(ValueError):
+    """llama.cpp refused the grammar."""
 
 
 def install(llm: llama_cpp.Llama) -> None:
@@ -40,14 +61,17 @@ def _chain(llm: llama_cpp.Llama, *, top_k: int = 40, top_p: float = 0.95,
         mirostat_mode=mirostat_mode, logits_processor=logits_processor, grammar=grammar,
         **others)
     keep = 1 if temp == 0.0 else top_k  # greedy keeps the one best
-    if (repeat_penalty <= 1.0 or frequency_penalty or presence_penalty or temp < 0.0
-            or mirostat_mode or logits_processor is not None or grammar is not None
-            or keep <= 0):
+    if (frequency_penalty or presence_penalty or temp < 0.0 or mirostat_mode
+            or logits_processor is not None or keep <= 0
+            or (grammar is not None and not isinstance(grammar, Grammar))
+            or (repeat_penalty <= 1.0 and grammar is None)):
         chosen: llama_internals.LlamaSampler = stock()
         return chosen
     last_n = llm.last_n_tokens_size
-    sampler = llama_internals.LlamaSampler()
-    sampler.add_top_k(keep + last_n)
+    sampler = _GrammarChecked(llm, grammar) if isinstance(grammar, Grammar) \
+        else llama_internals.LlamaSampler()
+    if repeat_penalty > 1.0:
+        sampler.add_top_k(keep + last_n)
     sampler.add_penalties(n_vocab=llm.n_vocab(), penalty_last_n=last_n,
                           penalty_repeat=repeat_penalty, penalty_freq=0.0,
                           penalty_present=0.0)
@@ -62,3 +86,59 @@ def _chain(llm: llama_cpp.Llama, *, top_k: int = 40, top_p: float = 0.95,
     sampler.add_temp(temp)
     sampler.add_dist(llm._seed)
     return sampler
+
+
+_TOKEN_DATA = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)],
+                       align=True)
+
+
+class _GrammarChecked(llama_internals.LlamaSampler):
+    """The chain (``self.sampler``) picks; the grammar, kept apart, checks its pick."""
+
+    def __init__(self, llm: llama_cpp.Llama, grammar: Grammar) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        vocab = llama_cpp.llama_model_get_vocab(llm.model)
+        text = grammar.gbnf.encode()
+        if grammar.trigger is None:
+            made = llama_cpp.llama_sampler_init_grammar(vocab, text, b"root")
+        else:
+            patterns = (ctypes.c_char_p * 1)(grammar.trigger.encode())
+            made = llama_cpp.llama_sampler_init_grammar_lazy_patterns(
+                vocab, text, b"root", patterns, 1, None, 0)
+        if not made:
+            self.close()  # type: ignore[no-untyped-call]
+            raise GrammarError("llama.cpp could not read the grammar for this call")
+        self._grammar = made
+        self._exit_stack.callback(lambda: llama_cpp.llama_sampler_free(made))
+        self._n_vocab = llm.n_vocab()
+        self._ids = np.arange(self._n_vocab, dtype=np.intc)
+        self._cur = np.zeros(self._n_vocab, _TOKEN_DATA)
+        self._one = np.zeros(1, _TOKEN_DATA)
+
+    def sample(self, ctx: llama_internals.LlamaContext, idx: int = -1) -> int:
+        logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx.ctx, idx),
+                                       shape=(self._n_vocab,))
+        token = self._pick(logits, constrained=False)
+        self._one[0] = (token, logits[token], 0.0)
+        llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(self._array(self._one)))
+        if not np.isfinite(self._one[0]["logit"]):  # refused: the grammar's full pass
+            token = self._pick(logits, constrained=True)
+        llama_cpp.llama_sampler_accept(self._grammar, token)
+        llama_cpp.llama_sampler_accept(self.sampler, token)
+        return token
+
+    def _pick(self, logits: np.ndarray[Any, Any], constrained: bool) -> int:
+        self._cur["id"] = self._ids
+        self._cur["logit"] = logits
+        self._cur["p"] = 0.0
+        array = self._array(self._cur)
+        if constrained:
+            llama_cpp.llama_sampler_apply(self._grammar, ctypes.byref(array))
+        llama_cpp.llama_sampler_apply(self.sampler, ctypes.byref(array))
+        return int(array.data[array.selected].id)
+
+    @staticmethod
+    def _array(data: np.ndarray[Any, Any]) -> llama_cpp.llama_token_data_array:
+        return llama_cpp.llama_token_data_array(
+            data=data.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token_data)),
+            size=len(data), selected=-1, sorted=False)

@@ -13,6 +13,7 @@ class StopText:
         self._stops = tuple(stops)
         self._held = ""
         self.hit = False
+        self.rest = ""  # from the stop string on, in the piece that held it
 
     def feed(self, piece: str) -> str:
         """What of ``piece`` may be sent now."""
@@ -22,6 +23,7 @@ class StopText:
         found = [i for i in (text.find(s) for s in self._stops) if i >= 0]
         if found:
             self.hit, self._held = True, ""
+            self.rest = text[min(found):]
             return text[:min(found)]
         keep = max((n for s in self._stops for n in range(1, len(s))
                     if text.endswith(s[:n])), default=0)

@@ -189,7 +189,10 @@ def _compile(text: str) -> tuple[jinja2.Template, str]:
 
 # --- rendering ---------------------------------------------------------------------
 
-_Message = dict[str, str]  # role, content and, for a reply with its reasoning, thinking
+# role, content and, for a reply with its reasoning, thinking; for tools, the calls of
+# a reply and the call a tool's result answers (TOOL_KEYS), passed as given.
+_Message = dict[str, Any]
+TOOL_KEYS = ("tool_calls", "tool_call_id", "name")
 
 # Template variables that render() sets itself; `extra` cannot replace them.
 _RESERVED = frozenset({"messages", "bos_token", "eos_token", "add_generation_prompt"})
@@ -202,10 +205,11 @@ def _template_message(m: _Message) -> dict[str, str]:
     gpt-oss reads ``thinking``. Hugging Face transformers passes both, in this order.
     """
     thinking = m.get("thinking")
+    tool = {k: m[k] for k in TOOL_KEYS if k in m}
     if thinking is None:
-        return {"role": m["role"], "content": m["content"]}
+        return {"role": m["role"], "content": m["content"], **tool}
     return {"thinking": thinking, "role": m["role"], "content": m["content"],
-            "reasoning_content": thinking}
+            "reasoning_content": thinking, **tool}
 
 
 def _render_text(
@@ -256,10 +260,13 @@ def _segments(
     required: set[str] = set()
     placeholders: list[_Message] = []
     for m in messages:
-        placeholder = {"role": m["role"]}
+        placeholder = {"role": m["role"], **{k: m[k] for k in TOOL_KEYS if k in m}}
         for key in ("content", "thinking"):
             text = m.get(key)
             if text is None:
+                continue
+            if not text and key == "content":  # a reply that only calls functions
+                placeholder[key] = ""
                 continue
             placeholder[key] = f"{marker}{len(typed)}{marker}"
             if key == "content":
@@ -303,12 +310,14 @@ def _segments(
 def _content_end(real: str, pos: int, content: str, following: str) -> int:
     """Where a message's text, starting at ``pos`` in the real render, ends.
 
-    Templates show a message as typed, trimmed, or cut down (reasoning models drop an
-    old reply's thinking); any such part is still typed text. A cut is accepted only
-    where a single reading exists, so typed text that looks like the template's own
-    can never pass for it.
+    Templates show a message as typed, trimmed, as a JSON string's inside (a tool's
+    result through ``tojson``: Llama 3, gpt-oss, Granite), or cut down (reasoning models
+    drop an old reply's thinking); any such part is still typed text. A cut is accepted
+    only where a single reading exists, so typed text that looks like the template's
+    own can never pass for it.
     """
-    for candidate in (content, content.strip()):
+    escaped = json.dumps(content, ensure_ascii=False)[1:-1]
+    for candidate in (content, content.strip(), escaped):
         end = pos + len(candidate)
         if real.startswith(candidate, pos) and real.startswith(following, end):
             return end
@@ -343,7 +352,8 @@ def _fold_system(messages: list[_Message]) -> list[_Message]:
 def _merge_same_roles(messages: list[_Message]) -> list[_Message]:
     merged: list[_Message] = []
     for m in messages:
-        if merged and merged[-1]["role"] == m["role"]:
+        if merged and merged[-1]["role"] == m["role"] and m["role"] != "tool" \
+                and not (m.get("tool_calls") or merged[-1].get("tool_calls")):
             last = merged[-1]
             joined = {"role": m["role"], "content": f"{last['content']}\n\n{m['content']}"}
             thoughts = [t for t in (last.get("thinking"), m.get("thinking")) if t is not None]
@@ -357,7 +367,7 @@ def _merge_same_roles(messages: list[_Message]) -> list[_Message]:
 
 def render(
     template: ChatTemplate,
-    messages: Sequence[Mapping[str, str]],
+    messages: Sequence[Mapping[str, Any]],
     add_generation_prompt: bool = True,
     system_prompt: str | None = None,
     extra: Mapping[str, Any] | None = None,
@@ -382,7 +392,8 @@ def render(
         raise ValueError(f"render() sets {sorted(_RESERVED & set(extra))} itself")
     convo: list[_Message] = []
     for m in messages:
-        message = {"role": m["role"], "content": m["content"]}
+        message = {"role": m["role"], "content": m["content"],
+                   **{k: m[k] for k in TOOL_KEYS if k in m}}
         thinking = m.get("thinking")
         if thinking is not None:
             message["thinking"] = thinking

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import importlib.util
 import json
 import logging
 import os
@@ -46,7 +45,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -54,6 +52,7 @@ sys.path.insert(0, str(ROOT))
 
 import llama_cpp  # noqa: E402
 
+import tests.llama_build  # noqa: E402
 from app.core import bundled, llama_runtime, templates  # noqa: E402, F401 - routes the log
 from app.core.engine import (  # noqa: E402
     Engine,
@@ -71,17 +70,9 @@ DECODE = 256
 JOBS = 2  # the most compile jobs: this machine is shared
 
 
-def _llama_build() -> ModuleType:
-    # packaging/ is not a package (and its name is taken by PyPI's `packaging`).
-    spec = importlib.util.spec_from_file_location("llama_build",
-                                                  ROOT / "packaging" / "llama_build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-llama_build = _llama_build()
+llama_build = tests.llama_build.load()
 BENCH_BUILDS = Path(llama_build.WHEELS).parent / "llama-bench"
 
 

@@ -7,20 +7,19 @@ model would kill the suite halfway through, with no word of why.
 
 from __future__ import annotations
 
-import importlib.util
 import logging
 import platform
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from types import ModuleType
 
 import llama_cpp
 import pytest
 
 from app.core import native_check
 from app.core.engine import Engine
+from tests import llama_build
 from tests.native_code import amx_instructions, llama_libraries
 
 pytestmark = pytest.mark.native
@@ -28,14 +27,6 @@ pytestmark = pytest.mark.native
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _llama_build() -> ModuleType:
-    # packaging/ is not a package (and its name is taken by PyPI's `packaging`).
-    spec = importlib.util.spec_from_file_location("llama_build",
-                                                  ROOT / "packaging" / "llama_build.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.mark.parametrize("model", ["smollm2", "gemma"])
@@ -95,7 +86,7 @@ def test_the_native_build_keeps_amx_out_even_for_an_amx_cpu(tmp_path: Path) -> N
     compiler = shutil.which("gcc") or shutil.which("cc")
     if compiler is None or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip("needs a C compiler for x86-64")
-    flags = _llama_build().NO_AMX_FLAGS.split()
+    flags = llama_build.load().NO_AMX_FLAGS.split()
 
     def defined(*args: str) -> set[str]:
         out = subprocess.run([compiler, *args, "-dM", "-E", "-x", "c", "/dev/null"],

@@ -1,0 +1,18 @@
+"""packaging/llama_build.py as a module, for the tests and benchmarks that build or
+check llama.cpp (packaging/ is not a package, and its name is taken by PyPI's)."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+SCRIPT = Path(__file__).resolve().parents[1] / "packaging" / "llama_build.py"
+
+
+def load() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("llama_build", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
