@@ -1,0 +1,57 @@
+"""A real MCP server for the tests, written with the official SDK, spoken to over stdio:
+
+    python tests/mcp_server.py
+
+ping -> "pong"; add(a, b); wait(seconds) sleeps then answers; crash() ends the
+process; flood(n) returns n characters; fail() reports an error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+server = MCPServer("fireside-test-tools")
+
+
+@server.tool()
+def ping() -> str:
+    """Check that the service answers."""
+    return "pong"
+
+
+@server.tool()
+def add(a: int, b: int) -> str:
+    """Add two whole numbers."""
+    return str(a + b)
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    """Answer after some seconds."""
+    await asyncio.sleep(seconds)
+    return "waited"
+
+
+@server.tool()
+def crash() -> str:
+    """End the server's process at once."""
+    os._exit(3)
+
+
+@server.tool()
+def flood(n: int) -> str:
+    """Return n characters."""
+    return "x" * n
+
+
+@server.tool()
+def fail() -> str:
+    """Report an error."""
+    raise ValueError("the sensor is offline")
+
+
+if __name__ == "__main__":
+    server.run("stdio")
