@@ -426,7 +426,7 @@ class Engine(OneThreadBackend):
                     break
                 produced += 1
                 out.add(decoder.decode(token))
-                if out.stopped or (out.calling and calls is not None and not calls.allowed):
+                if out.stopped:
                     finish = "stop"
                     break
                 if handle.stop_requested or self._closing.is_set():

@@ -134,6 +134,7 @@ class ReplyText:
         safe = self._opener.feed(text)
         if self._opener.hit:
             self._call_text.append(self._opener.rest)
+            self.stopped = self.stopped or self._drop_calls  # no call allowed: it ends here
         return safe
 
     def _send(self, text: str) -> None:

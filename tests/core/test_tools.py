@@ -123,3 +123,14 @@ def test_integer_ranges_are_kept_by_the_grammar() -> None:
         "people": {"type": "integer", "minimum": 1, "maximum": 3}}, "required": ["people"]})
     gbnf = tools.grammar(tools.HERMES, tools.ToolUse((tool,)))
     assert '"1"' in gbnf and '"3"' in gbnf and '"4"' not in gbnf
+
+
+def test_with_no_call_allowed_a_call_begun_ends_the_reply_and_is_dropped() -> None:
+    shown: list[str] = []
+    out = ReplyText(shown.append, calls=tools.HERMES, drop_calls=True)
+    out.add("Done. <tool_")
+    assert not out.stopped
+    out.add('call>\n{"name": "ping"')
+    assert out.stopped  # the engine ends the reply here
+    answer, _ = out.finish()
+    assert answer == "Done." and out.tool_calls == () and "".join(shown).strip() == "Done."
