@@ -180,8 +180,11 @@ class Fireside:
 
     @property
     def answering(self) -> bool:
-        """A request to the local API is using the model."""
-        return isinstance(self._reply, ReplyHandle)
+        """A request to the local API is using the model. Read from the reply itself: the
+        turn lets go of it only after its end is announced, and a face that looks then
+        must not see it still answering."""
+        reply = self._reply
+        return isinstance(reply, ReplyHandle) and not reply.future.done()
 
     def history(self) -> list[Message]:
         """The open conversation's messages, with any the disk has not taken yet."""
