@@ -167,8 +167,8 @@ def test_a_model_that_cannot_load_at_start_exits_1(tmp_path: Path) -> None:
     assert event["event"] == "error" and "bad.gguf" in event["message"]
 
 
-def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(gemma_path: Path) -> None:
-    process = start_long_reply(gemma_path)
+def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(smollm2_path: Path) -> None:
+    process = start_long_reply(smollm2_path)
     assert process.stdin is not None and process.stdout is not None
     process.send_signal(signal.SIGINT)
     reply = next(e for e in map(json.loads, process.stdout) if e["event"] == "reply")
@@ -183,8 +183,8 @@ def test_ctrl_c_during_a_reply_stops_it_and_keeps_the_session(gemma_path: Path) 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_terminating_during_a_reply_saves_it_and_exits(sig: signal.Signals,
-                                                        gemma_path: Path) -> None:
-    process = start_long_reply(gemma_path)
+                                                        smollm2_path: Path) -> None:
+    process = start_long_reply(smollm2_path)
     process.send_signal(sig)
     assert process.wait(timeout=10) == 0
     assert stored_reply()

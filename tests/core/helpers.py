@@ -108,7 +108,9 @@ def sigint_not_ignored() -> None:
 def start_long_reply(model: Path, one_shot: bool = False,
                      deltas: int = 10) -> subprocess.Popen[str]:
     """`fireside chat --json` streaming a long reply (one-shot, or the first of a stdin
-    session); returns once ``deltas`` pieces have arrived."""
+    session); returns once ``deltas`` pieces have arrived. Give it an instruct model:
+    Gemma 3 270M is a base model whose "story" often ends after a few dozen tokens,
+    before a signal sent at the tenth piece lands."""
     sigint_not_ignored()
     process = subprocess.Popen(
         [sys.executable, "-m", "app", "chat", "--json", "--model", str(model),

@@ -246,8 +246,8 @@ def test_the_loaded_model_file_changing_does_not_end_the_session(
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP],
                          ids=lambda s: s.name)
 def test_a_signal_during_a_one_shot_reply_saves_it_and_ends_the_process(
-        sig: signal.Signals, gemma_path: Path) -> None:
-    process = start_long_reply(gemma_path, one_shot=True, deltas=5)
+        sig: signal.Signals, smollm2_path: Path) -> None:
+    process = start_long_reply(smollm2_path, one_shot=True, deltas=5)
     sent_at = time.monotonic()
     process.send_signal(sig)
     assert process.stdout is not None
