@@ -2,8 +2,10 @@
 
     python tests/mcp_server.py
 
-ping -> "pong"; add(a, b); wait(seconds) sleeps then answers; crash() ends the
-process; flood(n) returns n characters; fail() reports an error.
+ping -> "pong"; add(a, b); wait(seconds) sleeps then answers; hang() answers after
+ten minutes; crash() ends the process; flood(n) returns n characters; fail() reports
+an error. With FIRESIDE_TEST_TOOL_LOG set, each call's name is appended to that file,
+so a test can tell which tools really ran.
 """
 
 from __future__ import annotations
@@ -16,15 +18,24 @@ from mcp.server.mcpserver import MCPServer
 server = MCPServer("fireside-test-tools")
 
 
+def _ran(name: str) -> None:
+    log = os.environ.get("FIRESIDE_TEST_TOOL_LOG")
+    if log:
+        with open(log, "a", encoding="utf-8") as handle:
+            handle.write(name + "\n")
+
+
 @server.tool()
 def ping() -> str:
     """Check that the service answers."""
+    _ran("ping")
     return "pong"
 
 
 @server.tool()
 def add(a: int, b: int) -> str:
     """Add two whole numbers."""
+    _ran("add")
     return str(a + b)
 
 
@@ -33,6 +44,14 @@ async def wait(seconds: float) -> str:
     """Answer after some seconds."""
     await asyncio.sleep(seconds)
     return "waited"
+
+
+@server.tool()
+async def hang() -> str:
+    """Look up something that takes very long."""
+    _ran("hang")
+    await asyncio.sleep(600)
+    return "found"
 
 
 @server.tool()

@@ -34,7 +34,7 @@ from app.core.backend import (
     reusable_prefix,
 )
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import FinishReason, Reply, ReplyStats
+from app.core.replies import FinishReason, Reply, ReplyStats, ToolCall
 from app.core.templates import Segment
 
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heath", "inlet",
@@ -54,6 +54,10 @@ class ScriptedEngine(OneThreadBackend):
 
     def __init__(self, piece_delay_s: float = 0.0) -> None:
         self.piece_delay_s = piece_delay_s  # a pause per word: time to stop a reply
+        # Where the prompt offers tools and allows a call: the calls this reply makes
+        # (given the reply's number among those allowed to call), after its words.
+        self.calls: Callable[[int], Sequence[ToolCall]] | None = None
+        self.calling_replies = 0
         self._sequence: list[int] = []
         super().__init__("scripted")
 
@@ -124,6 +128,12 @@ class ScriptedEngine(OneThreadBackend):
             if self.piece_delay_s:
                 time.sleep(self.piece_delay_s)
         text = "".join(parts)
+        calls: tuple[ToolCall, ...] = ()
+        if self.calls is not None and plan.tools is not None and plan.tools.allowed \
+                and finish == "stop":
+            self.calling_replies += 1
+            calls = tuple(self.calls(self.calling_replies))
+            finish = "tool_calls" if calls else finish
         self._sequence = tokens + [ord(c) for c in text]
         elapsed = time.perf_counter() - started
         stats = ReplyStats(prompt_tokens=len(tokens), cached_tokens=cached,
@@ -131,7 +141,7 @@ class ScriptedEngine(OneThreadBackend):
                            tokens_per_s=len(parts) / elapsed if elapsed > 0 else 0.0,
                            finish_reason=finish, dropped_turns=plan.dropped_turns,
                            model=model.name)
-        return Reply(text, stats)
+        return Reply(text, stats, tool_calls=calls)
 
     def _require(self) -> LoadedModel:
         if self._loaded is None:

@@ -68,6 +68,13 @@ def _parser() -> argparse.ArgumentParser:
                       help="end a thought after N tokens, so that the answer comes")
     chat.add_argument("--hide-thinking", action="store_true",
                       help="print only the answer, not the thinking before it")
+    chat.add_argument("--tools", type=Path, metavar="MCP.JSON",
+                      help="tool servers the model may call, as the mcpServers JSON of "
+                           "Claude Desktop, LM Studio or Cursor")
+    chat.add_argument("--allow-tools", action="store_true",
+                      help="run every tool call without asking (for runs without a person)")
+    chat.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
+                      help="whether the model may, must or must not call a tool, or which")
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
     going_on = chat.add_mutually_exclusive_group()
     going_on.add_argument("--conversation", type=int, metavar="ID",

@@ -2,7 +2,8 @@
 
 Plain mode streams the reply as text; ``--json`` writes only JSON lines to stdout
 (``model_loaded``, ``delta``, ``reply``, ``chat_cleared``, ``models``, ``error``,
-``notice``) for scripts. Everything else (progress, notes) goes to stderr.
+``notice``, ``tool_call``, ``tool_result``) for scripts. Everything else (progress,
+notes, a tool call's question) goes to stderr.
 """
 
 from __future__ import annotations
@@ -19,11 +20,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO, TypeVar
 
+from app.core import mcp_tools, tools
 from app.core.backend import EngineError, LoadedModel
-from app.core.chat import ChatResult, ChatTurn
+from app.core.chat import ALLOW_ALWAYS, ALLOW_ONCE, DENY, ChatResult, ChatTurn, ToolHooks
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
 from app.core.options import DEFAULT_BATCH
-from app.core.replies import Thinking
+from app.core.replies import Thinking, ToolRun
 from app.core.store import StoreError
 
 T = TypeVar("T")
@@ -46,9 +48,9 @@ class Output:
         self._lock = threading.Lock()  # pieces arrive on the inference thread
         self._in_thought = False
 
-    def event(self, name: str, **fields: Any) -> None:
+    def event(self, event: str, /, **fields: Any) -> None:
         if self.as_json:
-            self._write(self.out, json.dumps({"event": name, **fields}, ensure_ascii=False)
+            self._write(self.out, json.dumps({"event": event, **fields}, ensure_ascii=False)
                         + "\n")
 
     def text(self, text: str) -> None:
@@ -125,8 +127,13 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
     except LookupError as err:
         out.error(str(err))
         return 2
+    tools_problem = _use_tools(core, args, out)
+    if tools_problem:
+        out.error(tools_problem)
+        return 2
     core.session = SessionSettings(
-        n_ctx=args.context, n_threads=args.threads, system_prompt=args.system,
+        tool_choice=args.tool_choice, n_ctx=args.context, n_threads=args.threads,
+        system_prompt=args.system,
         flash_attention=args.flash_attention, kv_cache=args.kv_cache,
         batch_size=args.batch_size, prompt_threads=args.prompt_threads,
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
@@ -143,7 +150,8 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
             return 2
         if args.prompt is None and not out.as_json:
             out.note("Type /new for a new chat, /model NAME to switch, /quit to leave.")
-        session = _TerminalChat(core, out)
+        session = _TerminalChat(core, out, _ToolAsker(out, args.allow_tools)
+                                if args.tools else None)
         if args.prompt is not None:
             session.ask(args.prompt)
         else:
@@ -154,6 +162,32 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         return 0
     finally:
         restore_signal_handlers(previous_handlers)
+
+
+def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | None:
+    """The servers of ``--tools`` for this session, started now; why not, if they cannot
+    be used. Without ``--tools`` the terminal calls no tool."""
+    if args.tools is None:
+        if args.tool_choice != tools.AUTO or args.allow_tools:
+            return "--tool-choice and --allow-tools go with --tools FILE."
+        return None
+    try:
+        config = json.loads(args.tools.read_text(encoding="utf-8"))
+        servers = mcp_tools.read_config(config)
+    except (OSError, ValueError, mcp_tools.McpError) as err:
+        return f"The tool servers in {args.tools} cannot be used: {err}"
+    core.toolbox.session_servers = config["mcpServers"]
+    listed = core.toolbox.tools()
+    problems = core.toolbox.take_problems()
+    if len(problems) == len(servers):
+        return " ".join(problems)
+    for problem in problems:  # the others' tools are there
+        out.notice(problem)
+    names = [t.name for t in listed]
+    if args.tool_choice not in (tools.AUTO, tools.NONE, tools.REQUIRED, *names):
+        return (f"--tool-choice {args.tool_choice}: no tool has that name "
+                f"(the servers have {', '.join(names) or 'none'}).")
+    return None
 
 
 def _go_on(core: Fireside, conversation_id: int | None, out: Output) -> bool:
@@ -230,14 +264,72 @@ def _wait(future: Future[T], on_interrupt: Callable[[], object]) -> T:
             on_interrupt()
 
 
+class _ToolAsker:
+    """The terminal's part in tool calls: each shown (``tool_call`` and ``tool_result``
+    events with --json), and allowed by the person at the keyboard, by --allow-tools,
+    or else denied: a tool never runs unasked."""
+
+    def __init__(self, out: Output, allow_all: bool) -> None:
+        self.out = out
+        self.allow_all = allow_all
+        self._announced: set[str] = set()
+
+    def hooks(self) -> ToolHooks:
+        return ToolHooks(self.ask, self.shown)
+
+    def ask(self, run: ToolRun) -> Future[str]:
+        answer: Future[str] = Future()
+        if self.allow_all:
+            answer.set_result(ALLOW_ONCE)
+        elif self.out.as_json or not sys.stdin.isatty():
+            self.out.notice(f"{run.call.name} was not run: no one is at the keyboard to "
+                            "allow it. --allow-tools lets tools run without asking.")
+            answer.set_result(DENY)
+        else:
+            self.out.note(f"Allow {run.call.name}{_shown_arguments(run)}? "
+                          "[o]nce / [a]lways / [n]o")
+            self.out._write(self.out.err, "> ")
+            choice = sys.stdin.readline().strip().lower()[:1]
+            answer.set_result({"o": ALLOW_ONCE, "y": ALLOW_ONCE, "a": ALLOW_ALWAYS}.get(
+                choice, DENY))
+        return answer
+
+    def shown(self, run: ToolRun) -> None:
+        if run.call.id not in self._announced:
+            self._announced.add(run.call.id)
+            self.out.event("tool_call", id=run.call.id, name=run.call.name,
+                           arguments=_arguments(run), server=run.server)
+            if not self.out.as_json:
+                self.out.note(f"[calling {run.call.name}{_shown_arguments(run)}]")
+        if run.status in ("asking", "running"):
+            return
+        self.out.event("tool_result", id=run.call.id, name=run.call.name, status=run.status,
+                       output=run.result)
+        if not self.out.as_json:
+            first = run.result.splitlines()[0] if run.result else ""
+            self.out.note(f"[{run.call.name}: {run.status}] {first[:200]}")
+
+
+def _arguments(run: ToolRun) -> Any:
+    try:
+        return json.loads(run.call.arguments or "{}")
+    except ValueError:
+        return run.call.arguments
+
+
+def _shown_arguments(run: ToolRun) -> str:
+    return f"({run.call.arguments})" if run.call.arguments not in ("", "{}") else "()"
+
+
 class _TerminalChat:
-    def __init__(self, core: Fireside, out: Output) -> None:
+    def __init__(self, core: Fireside, out: Output, tools: _ToolAsker | None = None) -> None:
         self.core = core
         self.out = out
+        self.tools = tools.hooks() if tools is not None else None
 
     def ask(self, text: str) -> None:
         try:
-            turn = self.core.send(text, self._piece).result()
+            turn = self.core.send(text, self._piece, tools=self.tools).result()
         except (EngineError, StoreError) as err:
             self.out.error(str(err))
             return

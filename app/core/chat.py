@@ -8,6 +8,8 @@ and finished with its stats. The window and the terminal both drive this class.
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import logging
 import threading
 import time
@@ -15,8 +17,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from app.core import templates, thinking
+from app.core import templates, thinking, tools
 from app.core.backend import (
     Backend,
     LoadedModel,
@@ -25,8 +28,9 @@ from app.core.backend import (
     ReplyHandle,
     Session,
 )
+from app.core.mcp_tools import McpError
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import Reply, Thinking
+from app.core.replies import Reply, RunStatus, Thinking, ToolRun
 from app.core.store import (
     Conversation,
     Message,
@@ -35,6 +39,7 @@ from app.core.store import (
     StoreError,
     default_title,
 )
+from app.core.toolbox import Toolbox
 from app.core.unsaved import UnsavedMessages
 
 logger = logging.getLogger(__name__)
@@ -52,27 +57,72 @@ class ChatResult:
 
 
 class ChatTurn:
-    """A reply in progress: stop it, or wait for its ChatResult."""
+    """A reply in progress, with any calls it makes and the replies after them: stop it,
+    or wait for its ChatResult (the last reply's)."""
 
-    def __init__(self, handle: ReplyHandle, conversation_id: int) -> None:
-        self._handle = handle
+    def __init__(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
         self.future: Future[ChatResult] = Future()
         self.note: str | None = None  # something a face says quietly once it is done
+        self.stopped = threading.Event()  # also cancels a call running or asked
+        # Each call's outcome, by name and arguments: a call made again is not run again.
+        self.results: dict[tuple[str, str], ToolRun] = {}
+        self._handle: ReplyHandle | None = None
 
     def stop(self) -> None:
-        self._handle.stop()
+        self.stopped.set()
+        if self._handle is not None:
+            self._handle.stop()
+
+    def _follow(self, handle: ReplyHandle) -> None:
+        self._handle = handle
+        if self.stopped.is_set():
+            handle.stop()
+
+
+# What the user answers when a tool is called.
+ALLOW_ONCE, ALLOW_ALWAYS, DENY = "once", "always", "deny"
+
+
+@dataclass(frozen=True)
+class ToolHooks:
+    """How a face takes part in the calls of a reply: it is asked before a tool runs
+    (``ask`` answers ALLOW_ONCE, ALLOW_ALWAYS or DENY, at once or later) and shown each
+    call as it changes (asking, running, then its result)."""
+
+    ask: Callable[[ToolRun], Future[str]]
+    shown: Callable[[ToolRun], None] = lambda run: None
+
+
+@dataclass(frozen=True)
+class _Asked:
+    """What a turn's replies are written with, the first and those after its calls."""
+
+    sampling: Sampling
+    system_prompt: str
+    on_piece: Callable[[str], None] | None
+    tooling: Tooling | None
+
+
+@dataclass(frozen=True)
+class Tooling:
+    """A reply's tools: where they come from, the face's part, how they may be called."""
+
+    box: Toolbox
+    hooks: ToolHooks
+    choice: str = tools.AUTO
 
 
 def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str,
                 reserve: int, min_dropped: int = 0, *,
-                thinking_choice: str = "on") -> PromptPlan:
+                thinking_choice: str = "on", use: tools.ToolUse | None = None) -> PromptPlan:
     """Fit the conversation into the context, dropping its oldest turns if needed.
 
-    A turn is a user message and the replies after it. The system prompt and the
-    newest user message always stay. Once turns must be dropped, a quarter of the
-    context is freed at once, so the next turns reuse the cached prefix instead of
-    shifting the window by one turn every time.
+    A turn is a user message and the replies after it (with the calls they made and
+    the tools' results). The system prompt and the newest user message always stay.
+    Once turns must be dropped, a quarter of the context is freed at once, so the next
+    turns reuse the cached prefix instead of shifting the window by one turn every time.
+    ``use``: the tools the reply may call (a model Fireside runs itself).
     """
     turns = _turns(history)
     budget = session.n_ctx - reserve
@@ -80,13 +130,20 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
     variables = thinking.template_variables(session.template.text, thinking_choice)
 
     def plan(dropped: int) -> PromptPlan:
-        messages = [_for_template(m) for turn in turns[dropped:] for m in turn]
-        segments = templates.render(session.template, messages,
-                                    system_prompt=system_prompt or None, extra=variables)
+        messages = [entry for turn in turns[dropped:] for m in turn
+                    for entry in _for_template(m)]
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        calls = None
+        if session.calls_tools and (use is not None or any(m.calls for m in history)):
+            segments, _, calls = tools.render(session.template, [*system, *messages], use,
+                                              variables)
+        else:
+            segments = templates.render(session.template, tools.generic_messages(
+                messages, None), system_prompt=system_prompt or None, extra=variables)
         # A server applies its own template to plain messages: earlier thoughts stay here.
-        plain = ({"role": m["role"], "content": m["content"]} for m in messages)
-        return PromptPlan(session.encode(segments), dropped, (*system, *plain))
+        plain = ({"role": m["role"], "content": m["content"]}
+                 for m in tools.generic_messages(messages, None))
+        return PromptPlan(session.encode(segments), dropped, (*system, *plain), tools=calls)
 
     dropped = min(min_dropped, len(turns) - 1)
     kept = plan(dropped)
@@ -107,10 +164,16 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
         f"Shorten it, or raise the context size in settings.")
 
 
-def _for_template(message: Message) -> dict[str, str]:
+def _for_template(message: Message) -> list[dict[str, Any]]:
+    """A stored message as templates take it: a reply that called tools is followed by
+    the tools' results."""
+    entry: dict[str, Any] = {"role": message.role, "content": message.text}
     if message.thinking:
-        return {"role": message.role, "content": message.text, "thinking": message.thinking}
-    return {"role": message.role, "content": message.text}
+        entry["thinking"] = message.thinking
+    if not message.calls:
+        return [entry]
+    entry["tool_calls"] = [run.call for run in message.calls]
+    return [entry, *(run.message for run in message.calls)]
 
 
 def _turns(history: Sequence[Message]) -> list[list[Message]]:
@@ -221,7 +284,8 @@ class ChatService:
     # Replies ----------------------------------------------------------------------
 
     def send(self, text: str, sampling: Sampling, system_prompt: str = "",
-             on_piece: Callable[[str], None] | None = None) -> ChatTurn:
+             on_piece: Callable[[str], None] | None = None,
+             tooling: Tooling | None = None) -> ChatTurn:
         """Store ``text`` as the user's message and stream the model's reply.
 
         A disk that refuses to save never stops the reply: what it refused is held in
@@ -229,28 +293,34 @@ class ChatService:
         """
         self.save_unsaved()
         conversation_id, error = self._save_question(text, {"system_prompt": system_prompt})
-        return self._reply(conversation_id, sampling, system_prompt, on_piece, error)
+        return self._reply(conversation_id, sampling, system_prompt, on_piece, error,
+                           tooling=tooling)
 
     def regenerate(self, sampling: Sampling, system_prompt: str = "",
-                   on_piece: Callable[[str], None] | None = None) -> ChatTurn:
-        """Replace the last reply with a new one."""
+                   on_piece: Callable[[str], None] | None = None,
+                   tooling: Tooling | None = None) -> ChatTurn:
+        """Replace the last reply (with the calls it made and the replies after them)."""
         conversation_id = self._require_conversation()
         self.save_unsaved()
         history = self._history(conversation_id)
-        if history and history[-1].role == "assistant":
-            self._held.forget_from(conversation_id, history[-1])
+        replies = 0
+        while replies < len(history) and history[-1 - replies].role == "assistant":
+            replies += 1
+        if replies:
+            self._held.forget_from(conversation_id, history[-replies])
         return self._reply(conversation_id, sampling, system_prompt, on_piece,
-                           self._draft_error(conversation_id))
+                           self._draft_error(conversation_id), tooling=tooling)
 
     def edit_last(self, text: str, sampling: Sampling, system_prompt: str = "",
-                  on_piece: Callable[[str], None] | None = None) -> ChatTurn:
+                  on_piece: Callable[[str], None] | None = None,
+                  tooling: Tooling | None = None) -> ChatTurn:
         """Replace the last user message (and its reply) and send it again."""
         conversation_id = self._require_conversation()
         self.save_unsaved()
         users = [m for m in self._history(conversation_id) if m.role == "user"]
         if users:
             self._held.forget_from(conversation_id, users[-1])
-        return self.send(text, sampling, system_prompt, on_piece)
+        return self.send(text, sampling, system_prompt, on_piece, tooling)
 
     def _draft_error(self, conversation_id: int) -> str | None:
         if not self._held.holds(conversation_id):
@@ -263,9 +333,33 @@ class ChatService:
         return self.conversation_id
 
     def _reply(self, conversation_id: int, sampling: Sampling, system_prompt: str,
-               on_piece: Callable[[str], None] | None, save_error: str | None) -> ChatTurn:
+               on_piece: Callable[[str], None] | None, save_error: str | None, *,
+               tooling: Tooling | None = None) -> ChatTurn:
+        turn = ChatTurn(conversation_id)
+        self._step(turn, _Asked(sampling, system_prompt, on_piece, tooling), save_error)
+        return turn
+
+    def _step(self, turn: ChatTurn, asked: _Asked, save_error: str | None,
+              calls_made: int = 0) -> None:
+        """One reply of the turn; if it calls tools, they run (as allowed) on a thread
+        of their own and the next reply follows, up to the bound on calls."""
+        sampling, system_prompt = asked.sampling, asked.system_prompt
+        on_piece, tooling = asked.on_piece, asked.tooling
+        conversation_id = self._held.saved_id(turn.conversation_id)
         history = self._history(conversation_id)
         min_dropped = _last_dropped(history, self.model)
+        use = None
+        if tooling is not None:
+            listed = tooling.box.tools()
+            bound = tooling.box.settings.max_tool_calls
+            # A forced choice is the first reply's: after the results the model answers,
+            # or calls again of its own accord, as an agent's next step does.
+            choice = tooling.choice if calls_made == 0 else tools.AUTO
+            if choice not in (tools.AUTO, tools.NONE, tools.REQUIRED, *(t.name for t in listed)):
+                choice = tools.AUTO  # its server did not start this time
+            if calls_made >= bound or not listed:
+                choice = tools.NONE
+            use = tools.ToolUse(listed, choice)
         row_id: int | None = None
         if not self._held.holds(conversation_id):  # never write past unsaved messages
             try:
@@ -279,7 +373,8 @@ class ChatService:
         def build(session: Session) -> PromptPlan:
             reserve = min(sampling.max_tokens, session.n_ctx // 4)
             return plan_prompt(session, history, system_prompt, reserve, min_dropped,
-                               thinking_choice=sampling.thinking)
+                               thinking_choice=sampling.thinking,
+                               use=use if session.calls_tools else None)
 
         def piece(text: str) -> None:
             saver.add(text)
@@ -288,7 +383,7 @@ class ChatService:
 
         handle = self.engine.generate(build, sampling, piece,
                                       conversation_id if conversation_id > 0 else None)
-        turn = ChatTurn(handle, conversation_id)
+        turn._follow(handle)
 
         def finished(done: Future[Reply]) -> None:
             try:
@@ -297,19 +392,117 @@ class ChatService:
                 saver.abandon()
                 turn.future.set_exception(exc)
                 return
-            saved = saver.finish(reply)
+            runs = tuple(ToolRun(call, tooling.box.server_of(call.name))
+                         for call in reply.tool_calls) if tooling is not None else ()
+            saved = saver.finish(reply, runs)
             message_id = row_id
             if not saved:
                 message_id = self._held.hold(conversation_id, "assistant", reply.text,
                                              reply.stats.to_json(), row_id,
-                                             thinking=reply.thinking)
+                                             thinking=reply.thinking, calls=runs)
             error = None if saved else saver.error or save_error or "The reply was not saved."
-            saved_id = self._held.saved_id(conversation_id)
             assert message_id is not None
-            turn.future.set_result(ChatResult(saved_id, message_id, reply, saved, error))
+            result = ChatResult(self._held.saved_id(conversation_id), message_id, reply, saved,
+                                error)
+            if tooling is not None and runs and not turn.stopped.is_set():
+                threading.Thread(target=self._run_calls, name="fireside-tool-calls", args=(
+                    turn, asked, result, runs, calls_made), daemon=True).start()
+                return
+            turn.future.set_result(result)
 
         handle.future.add_done_callback(finished)
-        return turn
+
+    def _run_calls(self, turn: ChatTurn, asked: _Asked, calling: ChatResult,
+                   runs: tuple[ToolRun, ...], calls_made: int) -> None:
+        """Ask, run and record each call of a reply, then write the next reply (unless
+        the user stopped the turn: the calling reply is then its last)."""
+        assert asked.tooling is not None
+        message_id = calling.message_id
+        try:
+            done: list[ToolRun] = []
+            repeated = 0
+            for run in runs:
+                key = (run.call.name, _normal(run.call.arguments))
+                earlier = turn.results.get(key)
+                if earlier is not None:  # a loop: the model is told, the tool not run again
+                    repeated += 1
+                    done.append(_shown(asked.tooling.hooks, dataclasses.replace(
+                        earlier, call=run.call, result=f"{earlier.result}\n[{REPEATED}]")))
+                else:
+                    done.append(_run_one(run, asked.tooling, turn.stopped))
+                    turn.results[key] = done[-1]
+                with self._lock:
+                    self._record_calls(turn.conversation_id, message_id,
+                                       (*done, *runs[len(done):]))
+            if turn.stopped.is_set():
+                turn.future.set_result(calling)
+                return
+            bound = asked.tooling.box.settings.max_tool_calls
+            made_now = bound if repeated == len(runs) else calls_made + len(runs)
+            self._step(turn, asked, calling.save_error, made_now)
+        except BaseException as exc:  # the face hears of it from the turn
+            turn.future.set_exception(exc)
+
+    def _record_calls(self, conversation_id: int, message_id: int,
+                      runs: tuple[ToolRun, ...]) -> None:
+        if message_id < 0 or self._held.holds(conversation_id):
+            self._held.set_calls(conversation_id, message_id, runs)
+            return
+        try:
+            self.store.set_calls(message_id, runs)
+        except StoreError as err:
+            logger.warning("tool calls not saved: %s", err)
+            self._held.set_calls(conversation_id, message_id, runs)
+
+
+REPEATED = ("This call was made before in this reply with the same arguments; it was "
+            "not run again. Answer the user with what you have.")
+
+
+def _normal(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments or "{}"), sort_keys=True)
+    except ValueError:
+        return arguments
+
+
+def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event) -> ToolRun:
+    """One call: allowed (asked if need be), run, and what the model is told."""
+    box, hooks, name = tooling.box, tooling.hooks, run.call.name
+    if stopped.is_set():
+        return _shown(hooks, dataclasses.replace(run, status="stopped",
+                                                 result="The user stopped the reply."))
+    if not run.server:
+        return _shown(hooks, dataclasses.replace(run, status="failed",
+                                                 result=f"There is no tool named {name}."))
+    if not box.always_allowed(run.server, name):
+        answer = hooks.ask(_shown(hooks, run))
+        while True:
+            try:
+                decision = answer.result(timeout=0.1)
+                break
+            except TimeoutError:
+                if stopped.is_set():
+                    answer.cancel()
+                    return _shown(hooks, dataclasses.replace(
+                        run, status="stopped", result="The user stopped the reply."))
+        if decision == DENY:
+            return _shown(hooks, dataclasses.replace(
+                run, status="denied", result=f"The user did not allow {name} to run."))
+        if decision == ALLOW_ALWAYS:
+            box.allow_always(run.server, name)
+    running = _shown(hooks, dataclasses.replace(run, status="running"))
+    try:
+        output = box.call(run.call, cancel=stopped)
+    except McpError as err:
+        status: RunStatus = "stopped" if stopped.is_set() else "failed"
+        return _shown(hooks, dataclasses.replace(running, status=status, result=str(err)))
+    return _shown(hooks, dataclasses.replace(running, status="done", result=output))
+
+
+def _shown(hooks: ToolHooks, run: ToolRun) -> ToolRun:
+    hooks.shown(run)
+    return run
 
 
 def _last_dropped(history: Sequence[Message], model: LoadedModel | None) -> int:
@@ -342,10 +535,10 @@ class _ReplySaver:
             current, thought = "".join(self._parts), "".join(self._thinking)
         self._try(lambda row: self._store.update_reply(row, current, thought))
 
-    def finish(self, reply: Reply) -> bool:
+    def finish(self, reply: Reply, calls: tuple[ToolRun, ...] = ()) -> bool:
         stats = reply.stats.to_json()
         return self._try(lambda row: self._store.finish_reply(row, reply.text, stats,
-                                                             reply.thinking))
+                                                             reply.thinking, calls))
 
     def abandon(self) -> None:
         """The reply failed before any text: remove its empty row."""

@@ -80,26 +80,15 @@ class CompletionRequest:
             if uses_tools and not session.calls_tools:
                 raise ApiError(400, "Tools work with models Fireside runs itself: the "
                                "loaded model is on a server.", param="tools")
-            native = tools.format_for(session.template.text) if uses_tools else None
-            segments = None
-            if native is not None:
-                _refuse_control_tokens(session, tools.typed_strings(use, messages))
-                convo = tools.native_messages(messages, native)
-                if use is not None:
-                    variables["tools"] = [t.openai() for t in use.tools]
-                try:
-                    segments = templates.render(session.template, convo, extra=variables)
-                except templates.TemplateError:
-                    # The family's template cannot show this conversation with its typed
-                    # text kept apart: the generic format can.
-                    variables.pop("tools", None)
-                    native = None
-            if segments is None:
-                convo = tools.generic_messages(messages, use)
+            if uses_tools:
+                segments, convo, calls = tools.render(
+                    session.template, messages, use, variables,
+                    check=lambda typed: _refuse_control_tokens(session, typed))
+            else:
+                convo, calls = messages, None
                 segments = templates.render(session.template, convo, extra=variables)
             plain = ({"role": m["role"], "content": m["content"]} for m in convo)
-            return PromptPlan(session.encode(segments), 0, tuple(plain),
-                              tools=tools.plan(native, use))
+            return PromptPlan(session.encode(segments), 0, tuple(plain), tools=calls)
 
         return build
 

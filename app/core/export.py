@@ -50,6 +50,11 @@ def export_markdown(store: Store, conversation_ids: Iterable[int]) -> str:
                 lines += ["<details><summary>Thinking</summary>", "",
                           _readable(message.thinking), "", "</details>", ""]
             lines += [_readable(message.text), ""]
+            for run in message.calls:  # each call, and its result folded as in the window
+                lines += [f"*Called {run.call.name} `{_one_line(run.call.arguments)}` "
+                          f"({run.status})*", "",
+                          "<details><summary>Result</summary>", "",
+                          _readable(run.result), "", "</details>", ""]
             if not message.complete:
                 lines += ["*(unfinished reply)*", ""]
         documents.append("\n".join(lines))
@@ -68,7 +73,8 @@ def _load(store: Store, conversation_ids: Iterable[int]
 
 def _message_json(message: Message) -> dict[str, Any]:
     thinking = {"thinking": message.thinking} if message.thinking else {}
-    return {"role": message.role, "text": message.text, **thinking,
+    calls = {"tool_calls": [r.to_json() for r in message.calls]} if message.calls else {}
+    return {"role": message.role, "text": message.text, **thinking, **calls,
             "created_at": _iso(message.created_at), "complete": message.complete,
             "stats": message.stats}
 

@@ -6,6 +6,7 @@
 - the conversation store, and one in memory when the disk refuses it,
 - the model library (:class:`ModelLibrary`): the model folders, other apps' stores,
   and the watcher on them,
+- the toolbox (:class:`Toolbox`): the MCP servers the user added, started on first use,
 - settings as a reply or a load uses them: the saved ones, a model's own, and what a
   face sets for its session (the terminal's flags),
 - the turn queue: actions on the model's sequence (send, edit, regenerate, new chat,
@@ -48,10 +49,11 @@ from app.core.backend import (
     PromptBuilder,
     ReplyHandle,
 )
-from app.core.chat import ChatService, ChatTurn
+from app.core.chat import ChatService, ChatTurn, ToolHooks, Tooling
 from app.core.library import ModelLibrary
 from app.core.options import LoadOptions, Sampling
 from app.core.store import Conversation, Message, Store, StoreError, open_store
+from app.core.toolbox import Toolbox
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +83,8 @@ class SessionSettings:
     sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
     # Reopen the open conversation at the next start (the window's session does).
     remember_open: bool = False
+    # How replies may call tools: "auto", "required", "none" or a tool's name.
+    tool_choice: str = "auto"
 
 
 @dataclass(frozen=True)
@@ -104,6 +108,8 @@ class Fireside:
         self.chat = ChatService(engine, store)
         self.session = SessionSettings()
         self.library = ModelLibrary(prefs, models_dirs)
+        self.toolbox = Toolbox(prefs, save=self.save_settings)
+        self._tools_in_new_chat = True  # the switch, for a conversation not created yet
         # Things the user should be told once, at the start: a settings file or database
         # set aside, a CPU level passed over.
         self.notices = [n for n in notices if n]
@@ -277,13 +283,19 @@ class Fireside:
         self.engine.cancel_load()
 
     def send(self, text: str, on_piece: PieceCallback | None = None,
-             preempt: bool = False) -> Future[ChatTurn]:
-        """Store ``text`` in the open conversation (a new one if none) and stream a reply."""
+             preempt: bool = False, tools: ToolHooks | None = None) -> Future[ChatTurn]:
+        """Store ``text`` in the open conversation (a new one if none) and stream a reply.
+        With ``tools`` (the face's part in calls) the reply may call the tools of the
+        servers switched on, if the conversation has tools on."""
 
         def run() -> ChatTurn:
             model = self.engine.loaded
             first = not any(m.role == "assistant" for m in self.history())
-            turn = self.chat.send(text, self.sampling(), self.system_prompt(), on_piece)
+            new = self.conversation_id is None
+            turn = self.chat.send(text, self.sampling(), self.system_prompt(), on_piece,
+                                  self._tooling(tools))
+            if new and not self._tools_in_new_chat:
+                self.set_tools_on(False)
             if model is not None and model.base_model and first:
                 turn.note = base_model_note(model.name)
             return self._start(turn)
@@ -291,8 +303,8 @@ class Fireside:
         return self._queue(run, preempt)
 
     def edit_last(self, text: str, conversation_id: int | None,
-                  on_piece: PieceCallback | None = None,
-                  preempt: bool = False) -> Future[Rewound | ChatTurn]:
+                  on_piece: PieceCallback | None = None, preempt: bool = False,
+                  tools: ToolHooks | None = None) -> Future[Rewound | ChatTurn]:
         """Replace the last user message of ``conversation_id`` (and its reply) with
         ``text``; if another conversation is open by the time it runs, send ``text``
         there as a new message instead (a ChatTurn then). ``conversation_id`` is the
@@ -300,18 +312,19 @@ class Fireside:
 
         def run() -> Rewound | ChatTurn:
             if self.conversation_id != conversation_id or self.last_user_text() is None:
-                return self._start(self.chat.send(text, self.sampling(),
-                                                  self.system_prompt(), on_piece))
+                return self._start(self.chat.send(text, self.sampling(), self.system_prompt(),
+                                                  on_piece, self._tooling(tools)))
             history = self.chat.history()
             users = [i for i, m in enumerate(history) if m.role == "user"]
             before = history[:users[-1]] if users else history
-            turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(), on_piece)
+            turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(), on_piece,
+                                       self._tooling(tools))
             return Rewound(self._start(turn), before, self.conversation_id)
 
         return self._queue(run, preempt)
 
-    def regenerate(self, on_piece: PieceCallback | None = None,
-                   preempt: bool = False) -> Future[Rewound | None]:
+    def regenerate(self, on_piece: PieceCallback | None = None, preempt: bool = False,
+                   tools: ToolHooks | None = None) -> Future[Rewound | None]:
         """Write the last reply again; None if the conversation has no message to answer."""
 
         def run() -> Rewound | None:
@@ -320,7 +333,8 @@ class Fireside:
                 return None
             while history and history[-1].role == "assistant":
                 history = history[:-1]
-            turn = self.chat.regenerate(self.sampling(), self.system_prompt(), on_piece)
+            turn = self.chat.regenerate(self.sampling(), self.system_prompt(), on_piece,
+                                        self._tooling(tools))
             return Rewound(self._start(turn), history, self.conversation_id)
 
         return self._queue(run, preempt)
@@ -343,7 +357,31 @@ class Fireside:
 
     def new_chat(self, preempt: bool = False) -> Future[None]:
         """An empty chat: the sequence's history is cleared, the model stays."""
+        self._tools_in_new_chat = True
         return self._queue(self._clear, preempt)
+
+    # Tools --------------------------------------------------------------------------------
+
+    @property
+    def tools_on(self) -> bool:
+        """The open conversation may call tools (its own switch; on unless turned off)."""
+        conversation = self.conversation()
+        if conversation is None:
+            return self._tools_in_new_chat
+        return conversation.settings.get("tools") is not False
+
+    def set_tools_on(self, on: bool) -> None:
+        """Switch tools on or off for the open conversation (or the new chat)."""
+        conversation = self.conversation()
+        if conversation is None:
+            self._tools_in_new_chat = on
+            return
+        self.store.update_settings(conversation.id, {**conversation.settings, "tools": on})
+
+    def _tooling(self, hooks: ToolHooks | None) -> Tooling | None:
+        if hooks is None or not self.tools_on or not self.toolbox.configured:
+            return None
+        return Tooling(self.toolbox, hooks, self.session.tool_choice)
 
     def open_conversation(self, conversation_id: int,
                           preempt: bool = False) -> Future[list[Message] | None]:
@@ -456,6 +494,7 @@ class Fireside:
         self._closed.set()
         self.library.stop_watching()
         self._turns.shutdown(wait=False, cancel_futures=True)
+        threading.Thread(target=self.toolbox.close, daemon=True).start()  # their processes end
         with self._lock:
             waiting, self._pending = self._pending, set()
         for future in waiting:

@@ -92,6 +92,43 @@ class ToolCall:
                 "function": {"name": self.name, "arguments": arguments}}
 
 
+# What became of a call in a conversation: "asking" the user, "running", "done" (the
+# result is the tool's output), "denied", "failed" or "stopped" (the result says why).
+RunStatus = Literal["asking", "running", "done", "denied", "failed", "stopped"]
+
+
+@dataclass(frozen=True)
+class ToolRun:
+    """A call the model made in a conversation, what became of it and what the model
+    was told: stored with the reply that made it, shown under its text."""
+
+    call: ToolCall
+    server: str = ""
+    status: RunStatus = "asking"
+    result: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        return {"id": self.call.id, "name": self.call.name, "arguments": self.call.arguments,
+                "server": self.server, "status": self.status, "result": self.result}
+
+    @classmethod
+    def from_json(cls, data: Any) -> ToolRun | None:
+        """A stored call; None if the record is not one (edited by hand)."""
+        if not isinstance(data, Mapping) or not all(
+                isinstance(data.get(k), str) for k in ("id", "name", "arguments")):
+            return None
+        status = data.get("status")
+        known: RunStatus = next((s for s in get_args(RunStatus) if s == status), "failed")
+        return cls(ToolCall(data["name"], data["arguments"], data["id"]),
+                   str(data.get("server", "")), known, str(data.get("result", "")))
+
+    @property
+    def message(self) -> dict[str, Any]:
+        """The tool's message as chat templates take it."""
+        return {"role": "tool", "tool_call_id": self.call.id, "name": self.call.name,
+                "content": self.result or "No result."}
+
+
 @dataclass(frozen=True)
 class Reply:
     text: str  # the answer

@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 API_PORT = 8484  # Fireside's own API, unless taken or changed
 _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
+JsonObject = dict[str, Any]  # kept as it is when it is an object; read where it is used
 
 # What a model can have of its own (stored only when it differs from the defaults).
 MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
@@ -66,6 +67,13 @@ class Settings:
     serve_api: bool = False
     api_port: int = API_PORT
     api_token: str = ""
+    # Tool servers as the mcpServers JSON of Claude Desktop, LM Studio and Cursor holds
+    # them: {name: {"command", "args", "env"} or {"url"}} (mcp_tools.read_config).
+    mcp_servers: JsonObject = field(default_factory=dict)
+    tools_off: list[str] = field(default_factory=list)  # servers switched off, by name
+    always_allowed_tools: list[str] = field(default_factory=list)  # "server/tool"
+    max_tool_calls: int = 10  # per reply; then the model answers in words
+    tool_timeout_s: float = 60.0  # a call that takes longer is cancelled
 
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""
@@ -165,6 +173,8 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
     """Keep a stored value only if it has the type the field expects."""
     if value is None:
         return None if "None" in annotation else default
+    if annotation == "JsonObject":
+        return value if isinstance(value, dict) else default
     if annotation == "bool":
         return value if isinstance(value, bool) else default
     if annotation.startswith("dict"):

@@ -34,7 +34,7 @@ from typing import Any, Literal, cast, get_args
 
 from app.core import paths
 from app.core.paths import database_path
-from app.core.replies import ReplyStats
+from app.core.replies import ReplyStats, ToolRun
 
 Role = Literal["system", "user", "assistant"]
 JSONDict = dict[str, Any]
@@ -80,6 +80,7 @@ class Message:
     stats: JSONDict | None
     complete: bool
     thinking: str = ""  # a reply's reasoning before its answer; never a title or a snippet
+    calls: tuple[ToolRun, ...] = ()  # functions the reply called, with their results
 
     @property
     def reply_stats(self) -> ReplyStats | None:
@@ -125,8 +126,13 @@ def _add_thinking(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN thinking TEXT NOT NULL DEFAULT ''")
 
 
+def _add_calls(db: sqlite3.Connection) -> None:
+    db.execute("ALTER TABLE messages ADD COLUMN calls TEXT NOT NULL DEFAULT '[]'")
+
+
 # Applied in order at open; version N is MIGRATIONS[N - 1]. Append, never edit.
-MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_create_tables, _add_thinking)
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
+    _create_tables, _add_thinking, _add_calls)
 
 # The search index is derived data, so it is kept out of the migrations: it is built
 # at open whenever it is missing or marked stale (written to while FTS5 was unavailable).
@@ -156,7 +162,8 @@ _REASONS = {
 
 _REPLY_GONE = "Could not save the reply: it was deleted or is already finished"
 _CONVERSATION_COLUMNS = "id, title, model, created_at, updated_at, settings"
-_MESSAGE_COLUMNS = "id, conversation_id, role, text, created_at, stats, complete, thinking"
+_MESSAGE_COLUMNS = ("id, conversation_id, role, text, created_at, stats, complete, thinking,"
+                    " calls")
 
 
 class Store:
@@ -288,7 +295,7 @@ class Store:
 
     def add_message(self, conversation_id: int, role: Role, text: str,
                     stats: Mapping[str, Any] | None = None, complete: bool = True, *,
-                    thinking: str = "") -> Message:
+                    thinking: str = "", calls: Sequence[ToolRun] = ()) -> Message:
         if role not in get_args(Role):
             raise ValueError(f"unknown message role {role!r}")
         stats_json = None if stats is None else _dump_json(stats)
@@ -296,16 +303,16 @@ class Store:
             now = self._now()
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, text, created_at, stats, complete,"
-                " thinking) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                " thinking, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, _to_db(text), now, stats_json, complete,
-                 _to_db(thinking)))
+                 _to_db(thinking), _dump_calls(calls)))
             message_id = _rowid(cursor)
             if complete:
                 self._index(db, message_id, text)
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                        (now, conversation_id))
         return Message(message_id, conversation_id, role, text, now,
-                       _load_json(stats_json), complete, thinking)
+                       _load_json(stats_json), complete, thinking, tuple(calls))
 
     def messages(self, conversation_id: int) -> list[Message]:
         """All messages of the conversation, oldest first."""
@@ -357,14 +364,15 @@ class Store:
             _require(cursor, _REPLY_GONE)
 
     def finish_reply(self, message_id: int, text: str,
-                     stats: Mapping[str, Any] | None, thinking: str = "") -> Message:
-        """Save the reply's final text, thinking and stats and mark it complete."""
+                     stats: Mapping[str, Any] | None, thinking: str = "",
+                     calls: Sequence[ToolRun] = ()) -> Message:
+        """Save the reply's final text, thinking, stats and calls and mark it complete."""
         stats_json = None if stats is None else _dump_json(stats)
         with self._writing("save the conversation") as db:
             cursor = db.execute(
-                "UPDATE messages SET text = ?, stats = ?, complete = 1, thinking = ?"
+                "UPDATE messages SET text = ?, stats = ?, complete = 1, thinking = ?, calls = ?"
                 " WHERE id = ? AND complete = 0",
-                (_to_db(text), stats_json, _to_db(thinking), message_id))
+                (_to_db(text), stats_json, _to_db(thinking), _dump_calls(calls), message_id))
             _require(cursor, _REPLY_GONE)
             self._index(db, message_id, text)
             row = db.execute(f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE id = ?",
@@ -372,6 +380,13 @@ class Store:
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                        (self._now(), row[1]))
         return _message(row)
+
+    def set_calls(self, message_id: int, calls: Sequence[ToolRun]) -> None:
+        """Save what became of a finished reply's calls (allowed, run, their results)."""
+        with self._using("save the conversation") as db:
+            cursor = db.execute("UPDATE messages SET calls = ? WHERE id = ?",
+                                (_dump_calls(calls), message_id))
+            _require(cursor, _REPLY_GONE)
 
     # Internals ----------------------------------------------------------------------
 
@@ -563,7 +578,20 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
 
 def _message(row: tuple[Any, ...]) -> Message:
     return Message(row[0], row[1], cast(Role, row[2]), _from_db(row[3]), row[4],
-                   _load_json(row[5]), bool(row[6]), _from_db(row[7]))
+                   _load_json(row[5]), bool(row[6]), _from_db(row[7]), _load_calls(row[8]))
+
+
+def _dump_calls(calls: Sequence[ToolRun]) -> str:
+    return json.dumps([c.to_json() for c in calls], ensure_ascii=False)
+
+
+def _load_calls(text: str | bytes | None) -> tuple[ToolRun, ...]:
+    try:
+        records = json.loads(text or "[]")
+    except ValueError:
+        return ()  # edited by hand into something unreadable: the message stays
+    runs = (ToolRun.from_json(r) for r in records) if isinstance(records, list) else ()
+    return tuple(r for r in runs if r is not None)
 
 
 def _rowid(cursor: sqlite3.Cursor) -> int:

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from app.core import templates
 from app.core.replies import ToolCall
 
 MAX_PARALLEL = 10  # calls in one reply
@@ -374,6 +375,32 @@ def generic_messages(messages: Sequence[Mapping[str, Any]], use: ToolUse | None
             entry["content"] = f"{m['content']}\n{written}".strip()
         out.append(entry)
     return out
+
+
+def render(template: templates.ChatTemplate, messages: Sequence[Mapping[str, Any]],
+           use: ToolUse | None, variables: Mapping[str, Any],
+           check: Callable[[list[str]], None] | None = None
+           ) -> tuple[list[templates.Segment], list[dict[str, Any]], ToolPlan | None]:
+    """A conversation with tools (or with calls and results in it) through the model's
+    template: as the family writes them, or in the generic format. ``check`` sees the
+    typed text of a native rendering first (a request refuses control tokens in it).
+    The segments, the messages as rendered, and how the reply may call."""
+    extra = dict(variables)
+    native = format_for(template.text)
+    if native is not None:
+        if check is not None:
+            check(typed_strings(use, messages))
+        convo = native_messages(messages, native)
+        if use is not None:
+            extra["tools"] = [t.openai() for t in use.tools]
+        try:
+            return templates.render(template, convo, extra=extra), convo, plan(native, use)
+        except templates.TemplateError:
+            # The family's template cannot show this conversation with its typed text
+            # kept apart: the generic format can.
+            extra.pop("tools", None)
+    convo = generic_messages(messages, use)
+    return templates.render(template, convo, extra=extra), convo, plan(None, use)
 
 
 def native_messages(messages: Sequence[Mapping[str, Any]],

@@ -15,6 +15,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from app.core.replies import ToolRun
 from app.core.store import Message, NotFoundError, Role, Store, StoreError
 
 
@@ -28,6 +29,7 @@ class _Held:
     stats: dict[str, Any] | None = None
     row_id: int | None = None  # a reply begun on disk whose final save failed
     thinking: str = ""
+    calls: tuple[ToolRun, ...] = ()
 
 
 @dataclass
@@ -90,7 +92,7 @@ class UnsavedMessages:
 
     def hold(self, conversation_id: int, role: Role, text: str,
              stats: dict[str, Any] | None = None, row_id: int | None = None, *,
-             thinking: str = "") -> int:
+             thinking: str = "", calls: tuple[ToolRun, ...] = ()) -> int:
         """Keep a message the disk refused; returns the id standing in for its row."""
         with self.lock:
             held = self._find(conversation_id)
@@ -98,7 +100,8 @@ class UnsavedMessages:
                 held = _Conversation(self.saved_id(conversation_id), "", "", {})
                 self._conversations.append(held)
             self._last_id -= 1
-            held.messages.append(_Held(self._last_id, role, text, stats, row_id, thinking))
+            held.messages.append(_Held(self._last_id, role, text, stats, row_id, thinking,
+                                       calls))
             return self._last_id
 
     def merged(self, conversation_id: int) -> list[Message]:
@@ -111,11 +114,28 @@ class UnsavedMessages:
                 return stored
             finished = {m.row_id: m for m in held.messages if m.row_id is not None}
             merged = [replace(m, text=finished[m.id].text, stats=finished[m.id].stats,
-                              thinking=finished[m.id].thinking, complete=True)
+                              thinking=finished[m.id].thinking, complete=True,
+                              calls=finished[m.id].calls)
                       if m.id in finished else m for m in stored]
             return merged + [Message(m.id, conversation_id, m.role, m.text, time.time(),
-                                     m.stats, True, m.thinking)
+                                     m.stats, True, m.thinking, m.calls)
                              for m in held.messages if m.row_id is None]
+
+    def set_calls(self, conversation_id: int, message_id: int,
+                  calls: tuple[ToolRun, ...]) -> None:
+        """What became of a reply's calls, for a reply held here (by its stand-in id or
+        its row's); held here too when the disk refused to save them on its row."""
+        with self.lock:
+            held = self._find(conversation_id)
+            found = next((m for m in held.messages if message_id in (m.id, m.row_id)),
+                         None) if held is not None else None
+            if found is not None:
+                found.calls = calls
+                return
+            stored = next(m for m in self.store.messages(self.saved_id(conversation_id))
+                          if m.id == message_id)
+            self.hold(conversation_id, "assistant", stored.text, stored.stats, message_id,
+                      thinking=stored.thinking, calls=calls)
 
     def forget_from(self, conversation_id: int, message: Message) -> None:
         """Remove ``message`` and every later one, saved or not."""
@@ -143,10 +163,13 @@ class UnsavedMessages:
         while held.messages:
             message = held.messages[0]
             if message.row_id is not None:
-                with contextlib.suppress(NotFoundError):  # deleted: nothing left to finish
+                try:
                     self.store.finish_reply(message.row_id, message.text, message.stats,
-                                            message.thinking)
+                                            message.thinking, message.calls)
+                except NotFoundError:  # finished already (only its calls wait), or deleted
+                    with contextlib.suppress(NotFoundError):
+                        self.store.set_calls(message.row_id, message.calls)
             else:
                 self.store.add_message(held.id, message.role, message.text, message.stats,
-                                       thinking=message.thinking)
+                                       thinking=message.thinking, calls=message.calls)
             held.messages.pop(0)

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.settings import Settings
-from app.ui.notes import note
+from app.ui.form_parts import note
 
 
 class ApiPage(QWidget):

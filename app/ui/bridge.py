@@ -1,4 +1,5 @@
-"""What crosses from the inference thread to the GUI thread: streamed text and progress.
+"""What crosses from the inference thread to the GUI thread: streamed text, progress,
+and the calls of a reply.
 
 Both are called on the inference thread and emit a signal that Qt queues to the GUI
 thread. Streamed pieces are batched: a signal is emitted only when the batch was
@@ -62,3 +63,10 @@ class ProgressRelay(QObject):
         if percent != self._last:
             self._last = percent
             self.progressed.emit(fraction)
+
+
+class ToolRelay(QObject):
+    """A reply's calls as they change, from the thread that runs them."""
+
+    changed = Signal(object)
+    """A ToolRun: asking the user, running, or done with its result."""

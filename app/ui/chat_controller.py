@@ -12,17 +12,18 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Callable, Coroutine
-from concurrent.futures import Executor
+from concurrent.futures import Executor, Future
 from typing import Any
 
 from PySide6.QtCore import QObject, Signal
 
 from app.core.backend import EngineError
-from app.core.chat import ChatTurn
+from app.core.chat import ChatTurn, ToolHooks
 from app.core.fireside import Fireside, Rewound
+from app.core.replies import ToolRun
 from app.core.store import Conversation, StoreError
 from app.ui import event_loop, notices
-from app.ui.bridge import PieceStream
+from app.ui.bridge import PieceStream, ToolRelay
 from app.ui.event_loop import read, wait
 
 Action = Callable[..., Coroutine[Any, Any, None]]
@@ -63,6 +64,7 @@ class ChatController(QObject):
     reply_failed = Signal(str)  # the reply could not be produced, for this reason
     streaming_changed = Signal(bool)
     send_refused = Signal(str)  # this text was not sent (the reason was shown): give it back
+    tool_call_changed = Signal(object)  # a ToolRun of the reply: asked, running, its result
 
     def __init__(self, core: Fireside, background: Executor, tasks: event_loop.Tasks,
                  parent: QObject | None = None) -> None:
@@ -74,6 +76,9 @@ class ChatController(QObject):
         self._tasks = tasks  # the window's, loads included
         self._lock = asyncio.Lock()
         self._closed = False
+        self._asked: dict[str, Future[str]] = {}  # calls waiting for the user, by id
+        self._relay = ToolRelay(self)
+        self._relay.changed.connect(self.tool_call_changed)
 
     @property
     def conversation_id(self) -> int | None:
@@ -115,6 +120,22 @@ class ChatController(QObject):
         if self._turn is not None:
             self._turn.stop()
 
+    def decide(self, call_id: str, decision: str) -> None:
+        """The user's answer for a call that waits (ALLOW_ONCE, ALLOW_ALWAYS or DENY)."""
+        asked = self._asked.pop(call_id, None)
+        if asked is not None and not asked.done():
+            asked.set_result(decision)
+
+    def _tools(self) -> ToolHooks:
+        """The window's part in calls: asked on the calls' thread, answered by a click."""
+
+        def ask(run: ToolRun) -> Future[str]:
+            answer: Future[str] = Future()
+            self._asked[run.call.id] = answer
+            return answer
+
+        return ToolHooks(ask, self._relay.changed.emit)
+
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         read(lambda: self.core.rename_conversation(conversation_id, title), None)
         self.conversations_changed.emit()
@@ -143,10 +164,11 @@ class ChatController(QObject):
             notices.info("Waiting for the local server's request to finish…")
         try:
             if editing:
-                started: Rewound | ChatTurn = await wait(
-                    core.edit_last(text, edit_in, pieces.put, preempt=True))
+                started: Rewound | ChatTurn = await wait(core.edit_last(
+                    text, edit_in, pieces.put, preempt=True, tools=self._tools()))
             else:
-                started = await wait(core.send(text, pieces.put, preempt=True))
+                started = await wait(core.send(text, pieces.put, preempt=True,
+                                               tools=self._tools()))
         except (EngineError, StoreError):
             self.send_refused.emit(text)
             raise
@@ -159,7 +181,8 @@ class ChatController(QObject):
     @_action()
     async def regenerate(self) -> None:
         pieces = PieceStream(self)
-        started = await wait(self.core.regenerate(pieces.put, preempt=True))
+        started = await wait(self.core.regenerate(pieces.put, preempt=True,
+                                                  tools=self._tools()))
         if started is not None:
             await self._show(started)
             await self._begin(started.turn, "", pieces)
@@ -234,6 +257,8 @@ class ChatController(QObject):
             self.reply_finished.emit(result.reply.text, result.reply.stats)
             if turn.note:
                 notices.info(turn.note)
+            for problem in self.core.toolbox.take_problems():
+                notices.warning(problem)
             if result.reply.stats.finish_reason == "cut":
                 notices.error(f"{result.reply.stats.problem} The reply so far is kept; any "
                               "model can go on with the conversation.")
@@ -243,6 +268,7 @@ class ChatController(QObject):
                               "is saved as soon as there is room again.")
         finally:
             pieces.deleteLater()  # the transcript is done with it
+            self._asked.clear()  # a call still asked was stopped with its reply
             self._turn = None
             self.streaming_changed.emit(False)
             if not self._closed:

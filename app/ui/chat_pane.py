@@ -7,6 +7,7 @@ transcript talk to the controllers, and the controllers' signals change them.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
@@ -26,6 +27,7 @@ from app.core.store import Message
 from app.ui import desktop, event_loop, notices
 from app.ui.api_host import ApiHost
 from app.ui.chat_controller import ChatController
+from app.ui.event_loop import read
 from app.ui.model_controller import ModelController
 from app.ui.transcript import TranscriptView
 
@@ -102,6 +104,10 @@ class ChatPane(QObject):
         c.reply_failed.connect(view.fail_reply)
         c.streaming_changed.connect(self._on_streaming_changed)
         c.send_refused.connect(self._on_send_refused)
+        c.tool_call_changed.connect(view.show_call)
+        view.tool_decided.connect(c.decide)
+        self.window.composer_bar.tools_button.toggled.connect(self._on_tools_toggled)
+        self._show_tools_switch()
         self.api.changed.connect(self._on_api_changed)
 
     def attach_settings(self, dialog: SettingsDialog) -> None:
@@ -112,6 +118,7 @@ class ChatPane(QObject):
         dialog.folders_changed.connect(self.models.rescan)
         dialog.reload_requested.connect(self.models.reload)
         dialog.servers_changed.connect(self.models.ask_servers)
+        dialog.tools_changed.connect(self._on_tools_changed)
         dialog.api_page.changed.connect(self.api.apply)
         dialog.set_states_source(self.models.core.engine.states.usage)
         dialog.clear_states_requested.connect(self._on_clear_states_requested)
@@ -250,6 +257,7 @@ class ChatPane(QObject):
         replies = [m.reply_stats for m in history if m.role == "assistant" and m.stats]
         self.window.status.show_reply(replies[-1] if replies else None)
         self._update_title()
+        self._show_tools_switch()
 
     def _on_chat_cleared(self) -> None:
         self._leave_edit()
@@ -257,6 +265,27 @@ class ChatPane(QObject):
         self.window.sidebar.set_current(None)
         self.window.status.show_reply(None)
         self._update_title()
+        self._show_tools_switch()
+
+    # Tools ----------------------------------------------------------------------------
+
+    def _show_tools_switch(self) -> None:
+        """The composer's Tools switch: there once a server is added, set as the open
+        conversation has it."""
+        core, button = self.models.core, self.window.composer_bar.tools_button
+        button.setVisible(core.toolbox.configured)
+        button.blockSignals(True)
+        button.setChecked(read(lambda: core.tools_on, True, quiet=True))
+        button.blockSignals(False)
+
+    def _on_tools_toggled(self, on: bool) -> None:
+        read(lambda: self.models.core.set_tools_on(on), None)
+
+    def _on_tools_changed(self) -> None:
+        # Servers added, removed or switched: the next reply starts them as they are now.
+        threading.Thread(target=self.models.core.toolbox.reset, daemon=True,
+                         name="fireside-tools-reset").start()
+        self._show_tools_switch()
 
     def _on_reply_finished(self, text: str, stats: ReplyStats) -> None:
         self.transcript.finish_reply(text, stats)

@@ -11,6 +11,7 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
@@ -102,11 +103,22 @@ class ComposerBar(QFrame):
         self.stop_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.stop_button.clicked.connect(self.stop_requested)
         self.stop_button.hide()
+        # This conversation's switch for the tools of the servers added in Settings.
+        self.tools_button = QToolButton(self.frame)
+        self.tools_button.setObjectName("toolsToggle")
+        self.tools_button.setText("Tools")
+        self.tools_button.setCheckable(True)
+        self.tools_button.setAutoRaise(True)
+        self.tools_button.setAccessibleName("Tools in this conversation")
+        self.tools_button.setToolTip("Let the model call the tools of the servers added in "
+                                     "Settings → Tools; each call is asked first")
+        self.tools_button.hide()
 
         row = QHBoxLayout(self.frame)
         row.setContentsMargins(12, 8, 8, 8)
         row.setSpacing(8)
         row.addWidget(self.composer, 1)
+        row.addWidget(self.tools_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.stop_button, 0, Qt.AlignmentFlag.AlignBottom)
 

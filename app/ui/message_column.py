@@ -16,7 +16,7 @@ the column keeps rows only for the messages within a few screens of the view:
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer
 from PySide6.QtGui import QShowEvent
@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.replies import ReplyStats
+from app.core.replies import ReplyStats, ToolRun
 from app.ui.message_widget import MessageWidget
 
 COLUMN_WIDTH = 860  # the widest the column grows: lines stay readable
@@ -52,6 +52,7 @@ class Entry:
     stats: ReplyStats | None = None
     note: str = ""  # why the message ended early, shown under it
     thinking: str = ""  # a reply's thought, folded above it
+    calls: list[ToolRun] = field(default_factory=list)  # a reply's calls, under its text
     height: int = 0  # of its row when it was last released
     row: MessageWidget | None = None
 

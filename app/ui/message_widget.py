@@ -18,11 +18,12 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.replies import ReplyStats, describe
+from app.core.replies import ReplyStats, ToolRun, describe
 from app.ui.live_reply import LiveReply
 from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
 from app.ui.message_text import MessageText
 from app.ui.thinking_view import ThinkingView
+from app.ui.tool_call_view import ToolCallView
 
 BUBBLE_SHARE = 0.8  # of the column a user's bubble may take
 BUBBLE_PADDING = (14, 10, 6)  # sides, top, bottom (the line height adds below)
@@ -125,10 +126,13 @@ class MessageWidget(QFrame):
     """The user asked for this reply to be written again."""
     edit_requested = Signal(str)
     """The user wants to edit this message; carries its text."""
+    tool_decided = Signal(str, str)
+    """The user answered for a call of this reply: its id and the decision."""
 
     def __init__(self, role: str, text: str, theme: Theme, *, model: str = "",
                  stats: ReplyStats | None = None, note: str = "", thinking: str = "",
-                 width: int = 600, parent: QWidget | None = None) -> None:
+                 calls: Sequence[ToolRun] = (), width: int = 600,
+                 parent: QWidget | None = None) -> None:
         super().__init__(parent)
         # Laid out at its final width from the start: a QTextDocument layout is the
         # dearest thing here, and Qt would first size a new widget 100 pixels wide.
@@ -195,6 +199,12 @@ class MessageWidget(QFrame):
             layout.addWidget(self._author)
             layout.addWidget(self.thinking)
             layout.addWidget(self.text)
+        self._calls: dict[str, ToolCallView] = {}
+        self._calls_layout = QVBoxLayout()
+        self._calls_layout.setSpacing(4)
+        layout.addLayout(self._calls_layout)
+        for run in calls:
+            self.show_call(run)
             for button in (self.copy_button, self.regenerate_button, self.details_button):
                 bar.addWidget(button)
             bar.addStretch(1)
@@ -230,6 +240,22 @@ class MessageWidget(QFrame):
         """Show Regenerate / Edit: only the newest messages offer them."""
         self.regenerate_button.setVisible(regenerate and self.role == "assistant")
         self.edit_button.setVisible(edit and self.role == "user")
+
+    def show_call(self, run: ToolRun) -> ToolCallView:
+        """Show a call of this reply under its text, or what became of it."""
+        view = self._calls.get(run.call.id)
+        if view is None:
+            view = ToolCallView(run, self)
+            view.decided.connect(self.tool_decided)
+            self._calls[run.call.id] = view
+            self._calls_layout.addWidget(view)
+        else:
+            view.update_run(run)
+        return view
+
+    @property
+    def call_views(self) -> list[ToolCallView]:
+        return list(self._calls.values())
 
     def set_theme(self, theme: Theme) -> None:
         if theme == self._theme:

@@ -14,7 +14,6 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QFormLayout,
-    QHBoxLayout,
     QLabel,
     QLineEdit,
     QListWidget,
@@ -27,7 +26,7 @@ from PySide6.QtWidgets import (
 from app.core import secrets, servers
 from app.core.servers import Listing, Server
 from app.core.settings import Settings
-from app.ui.notes import note
+from app.ui.form_parts import button_row, line_edit, note
 
 
 class ServersPage(QWidget):
@@ -54,11 +53,11 @@ class ServersPage(QWidget):
         remove.setObjectName("removeServerButton")
         remove.clicked.connect(self._on_remove_clicked)
         form.addRow("Servers", self.server_list)
-        form.addRow("", _row(remove))
+        form.addRow("", button_row(remove))
 
-        self.name_edit = _edit(self, "serverNameEdit", "Name", "big-box")
-        self.url_edit = _edit(self, "serverUrlEdit", "Address", "http://192.168.1.20:8080/v1")
-        self.key_edit = _edit(self, "serverKeyEdit", "Key", "if the server asks for one")
+        self.name_edit = line_edit(self, "serverNameEdit", "Name", "big-box")
+        self.url_edit = line_edit(self, "serverUrlEdit", "Address", "http://192.168.1.20:8080/v1")
+        self.key_edit = line_edit(self, "serverKeyEdit", "Key", "if the server asks for one")
         self.key_edit.setEchoMode(QLineEdit.EchoMode.Password)
         self.key_in_file = QCheckBox("Keep the key in a file only I can read", self)
         self.key_in_file.setObjectName("keyInFileBox")
@@ -74,7 +73,7 @@ class ServersPage(QWidget):
                               ("Key", self.key_edit)):
             form.addRow(label, widget)
         form.addRow("", self.key_in_file)
-        form.addRow("", _row(add))
+        form.addRow("", button_row(add))
         form.addRow(self.message)
         self.timeout_box = QSpinBox(self)
         self.timeout_box.setObjectName("serverTimeoutBox")
@@ -159,16 +158,3 @@ class ServersPage(QWidget):
         self.message.setText(text)
 
 
-def _edit(parent: QWidget, name: str, label: str, hint: str) -> QLineEdit:
-    edit = QLineEdit(parent)
-    edit.setObjectName(name)
-    edit.setAccessibleName(label)
-    edit.setPlaceholderText(hint)
-    return edit
-
-
-def _row(button: QPushButton) -> QHBoxLayout:
-    row = QHBoxLayout()
-    row.addWidget(button)
-    row.addStretch(1)
-    return row

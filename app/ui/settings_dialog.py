@@ -41,9 +41,10 @@ from app.core.seq_states import Usage
 from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
 from app.ui.api_page import ApiPage
-from app.ui.notes import note
+from app.ui.form_parts import note
 from app.ui.servers_page import ServersPage
 from app.ui.theme import THEMES
+from app.ui.tools_page import ToolsPage
 
 if TYPE_CHECKING:
     from app.core.catalog import ModelEntry
@@ -193,6 +194,8 @@ class SettingsDialog(QDialog):
     """The user wants to know about Fireside (version, licenses)."""
     servers_changed = Signal()
     """A model server was added or removed: ask the servers again."""
+    tools_changed = Signal()
+    """Tool servers were added, removed or switched: the toolbox starts over."""
     clear_states_requested = Signal()
     """The user wants the states kept for conversations left forgotten."""
 
@@ -226,6 +229,9 @@ class SettingsDialog(QDialog):
         self.servers_page = ServersPage(prefs, save, self)
         self.servers_page.servers_changed.connect(self.servers_changed)
         tabs.addTab(self.servers_page, "Servers")
+        self.tools_page = ToolsPage(prefs, save, self)
+        self.tools_page.tools_changed.connect(self.tools_changed)
+        tabs.addTab(self.tools_page, "Tools")
         self.api_page = ApiPage(prefs, save, _new_token, self)
         tabs.addTab(self.api_page, "Local server")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)

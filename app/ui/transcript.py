@@ -17,7 +17,7 @@ from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 
-from app.core.replies import ReplyStats
+from app.core.replies import ReplyStats, ToolRun
 from app.core.store import Message
 from app.ui.bridge import PieceStream
 from app.ui.message_column import Entry, MessageColumn
@@ -39,6 +39,8 @@ class TranscriptView(QWidget):
     """Something was copied; the text is a short notice for the message bar."""
     link_clicked = Signal(QUrl)
     """The user clicked an http, https or mailto link; the window decides what to do."""
+    tool_decided = Signal(str, str)
+    """The user answered for a tool call: its id and ALLOW_ONCE, ALLOW_ALWAYS or DENY."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -104,12 +106,31 @@ class TranscriptView(QWidget):
         self._refresh_actions()
         self.deliver()  # what streamed in while the reply was being set up
 
+    def show_call(self, run: ToolRun) -> None:
+        """A call of the streaming reply, shown under its text (or what became of it).
+        What the model writes after its calls streams into a reply of its own below,
+        as the conversation is stored."""
+        entry = self._live
+        if entry is None:
+            return
+        self.deliver()  # the text before the call is the calling reply's
+        known = [i for i, r in enumerate(entry.calls) if r.call.id == run.call.id]
+        if known:
+            entry.calls[known[0]] = run
+        else:
+            entry.calls.append(run)
+        if entry.row is not None:
+            entry.row.show_call(run)
+        self._column.schedule()  # the row grew
+
     def deliver(self) -> None:
         """Write what has arrived into the reply now; more waits for the next frame."""
         source, entry = self._source, self._live
         if source is None or entry is None:
             return
         thought, text = source.take()
+        if (thought or text) and entry.calls:  # the reply after the calls begins
+            entry = self._next_reply(entry)
         if thought:
             entry.thinking += thought
             if entry.row is not None:
@@ -118,6 +139,17 @@ class TranscriptView(QWidget):
             entry.row.stream(text)
         if thought or text:
             self._frame.start()  # what comes during this frame waits for its end
+
+    def _next_reply(self, calling: Entry) -> Entry:
+        calling.text = self._live_text()
+        if calling.row is not None:
+            calling.row.finish(calling.text, None)
+        entry = Entry("assistant", "", model=calling.model)
+        self._live = entry
+        row = self._add(entry)
+        row.begin_stream()
+        self._column.pinned = row
+        return entry
 
     def finish_reply(self, text: str, stats: ReplyStats | None) -> None:
         """Show the reply's final text, rendered once, and its stats (what was still on
@@ -168,11 +200,12 @@ class TranscriptView(QWidget):
     def _build_row(self, entry: Entry, width: int, parent: QWidget) -> MessageWidget:
         row = MessageWidget(entry.role, entry.text, self._theme, model=entry.model,
                             stats=entry.stats, note=entry.note, thinking=entry.thinking,
-                            width=width, parent=parent)
+                            calls=entry.calls, width=width, parent=parent)
         row.copied.connect(self.copy_done)
         row.link_activated.connect(self.link_clicked)
         row.regenerate_requested.connect(self.regenerate_requested)
         row.edit_requested.connect(self.edit_requested)
+        row.tool_decided.connect(self.tool_decided)
         entries = self._column.entries
         if self._live is None and entries:
             row.show_actions(regenerate=entry is entries[-1], edit=entry is _last_user(entries))
@@ -238,6 +271,10 @@ class TranscriptView(QWidget):
             f" border-radius: 6px; }}"
             f" #thinkingToggle:hover, #thinkingToggle:focus {{"
             f" background: {mix(base, text, 0.1).name()}; color: {text.name()}; }}"
+            f" #toolCall {{ background: {mix(base, text, 0.04).name()};"
+            f" border: 1px solid {self._theme.border}; border-radius: 8px; }}"
+            f" #toolCallTitle {{ font-family: '{self._mono}'; }}"
+            f" #toolResult {{ font-family: '{self._mono}'; background: {base.name()}; }}"
             f" #replyError {{ color: {'#ff7b72' if self._theme.dark else '#cf222e'}; }}"
             f" {action} {{ color: {muted}; border: none; padding: 3px 8px;"
             f" border-radius: 6px; }}"
@@ -251,7 +288,8 @@ class TranscriptView(QWidget):
 def _entry(message: Message) -> Entry:
     stats = message.reply_stats
     return Entry(message.role, message.text, model=stats.model if stats else "", stats=stats,
-                 note="" if message.complete else INTERRUPTED, thinking=message.thinking)
+                 note="" if message.complete else INTERRUPTED, thinking=message.thinking,
+                 calls=list(message.calls))
 
 
 def _last_user(entries: Sequence[Entry]) -> Entry | None:

@@ -21,6 +21,7 @@ from hypothesis import strategies as st
 
 from app.core import store as store_module
 from app.core.paths import database_path
+from app.core.replies import ToolCall, ToolRun
 from app.core.store import (
     TITLE_LIMIT,
     UNTITLED,
@@ -656,3 +657,23 @@ def test_default_title_is_always_one_short_clean_line(text: str) -> None:
     assert not any(unicodedata.category(ch) in ("Cc", "Cs") for ch in title)
     assert title.encode("utf-8")
 
+
+def test_a_replys_calls_and_their_results_survive_reopening(db_path: Path) -> None:
+    call = ToolCall("add", '{"a": 1, "b": 2}', "call_1")
+    with Store(db_path) as opened:
+        conversation = opened.create_conversation("Sums", "m.gguf")
+        reply = opened.begin_reply(conversation.id)
+        opened.finish_reply(reply.id, "", {"finish_reason": "tool_calls"}, "",
+                            (ToolRun(call, "test"),))
+        opened.set_calls(reply.id, (ToolRun(call, "test", "done", "3"),))
+    with Store(db_path) as reopened:
+        (kept,) = reopened.messages(conversation.id)
+        assert kept.calls == (ToolRun(call, "test", "done", "3"),)
+    db = sqlite3.connect(db_path)
+    db.execute("UPDATE messages SET calls = '[{\"name\": 7}, not json'")
+    db.commit()
+    db.close()
+    with Store(db_path) as edited:
+        (message,) = edited.messages(conversation.id)
+        assert message.calls == () and message.stats == {"finish_reason": "tool_calls"}, \
+            "a record edited into nonsense costs its calls, never the message"

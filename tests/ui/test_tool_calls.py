@@ -1,0 +1,145 @@
+"""Tools in the window: a real MCP server (tests/mcp_server.py) added in Settings → Tools,
+called by the real SmolLM2 model, each call shown in the chat and run only once the
+user allows it."""
+
+from __future__ import annotations
+
+import dataclasses
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QPushButton
+
+from app.core import settings
+from app.ui.tool_call_view import ToolCallView
+from app.ui.window import MainWindow
+from tests.ui.conftest import REPLY_TIMEOUT_MS, WindowFactory, greedy_settings, type_and_send
+
+SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
+ADD = "Use the add tool to add 17 and 25, then tell me the sum."
+
+
+@pytest.fixture
+def window(open_window: WindowFactory, qtbot: Any, tmp_path: Path) -> MainWindow:
+    """A window whose user added the test server in Settings → Tools, as a person would.
+    The small model does not call tools of its own accord: replies here must call add,
+    as `fireside chat --tool-choice add` asks (the model's choice is tested elsewhere)."""
+    greedy_settings(max_tokens=64)
+    window = open_window()
+    window.show_settings()
+    page = window._settings_dialog.tools_page  # type: ignore[union-attr]
+    page.name_edit.setText("test")
+    # `env` hands the server the log of the tools that really ran.
+    page.command_edit.setText(shlex.join(["env", f"FIRESIDE_TEST_TOOL_LOG={tmp_path}/ran.log",
+                                          sys.executable, str(SERVER)]))
+    qtbot.mouseClick(page.findChild(QPushButton, "addToolServerButton"),
+                     Qt.MouseButton.LeftButton)
+    window._settings_dialog.close()  # type: ignore[union-attr]
+    core = window.controller.core  # type: ignore[union-attr]
+    core.session = dataclasses.replace(core.session, tool_choice="add")
+    return window
+
+
+def ran(tmp_path: Path) -> list[str]:
+    log = tmp_path / "ran.log"
+    return log.read_text(encoding="utf-8").split() if log.exists() else []
+
+
+def cards(window: MainWindow) -> list[ToolCallView]:
+    return [view for row in window.transcript.message_widgets() for view in row.call_views]
+
+
+def asking(window: MainWindow) -> ToolCallView | None:
+    found = [c for c in cards(window) if c.run.status == "asking" and c.allow_once.isVisible()]
+    return found[-1] if found else None
+
+
+def send_and_answer(qtbot: Any, window: MainWindow, button: str) -> tuple[str, ToolCallView]:
+    """Send ADD, answer the call's question with ``button``; the reply's last text."""
+    assert window.controller is not None
+    with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS) as done:
+        type_and_send(qtbot, window, ADD)
+        qtbot.waitUntil(lambda: asking(window) is not None, timeout=REPLY_TIMEOUT_MS)
+        card = asking(window)
+        assert card is not None
+        qtbot.mouseClick(getattr(card, button), Qt.MouseButton.LeftButton)
+    return done.args[0], card
+
+
+def test_a_call_runs_only_when_allowed_and_its_result_reaches_the_answer(
+        window: MainWindow, qtbot: Any, tmp_path: Path) -> None:
+    assert window.composer_bar.tools_button.isVisible()
+    assert window.composer_bar.tools_button.isChecked()
+    assert window.controller is not None
+    with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        type_and_send(qtbot, window, ADD)
+        qtbot.waitUntil(lambda: asking(window) is not None, timeout=REPLY_TIMEOUT_MS)
+        qtbot.wait(300)
+        assert ran(tmp_path) == [], "nothing runs before the user allows it"
+        card = asking(window)
+        assert card is not None and "add" in card.title.text()
+        assert '"a": 17' in card.title.text() or '"a":17' in card.title.text()
+        qtbot.mouseClick(card.allow_once, Qt.MouseButton.LeftButton)
+    answer = window.transcript.message_widgets()[-1].markdown()
+    assert ran(tmp_path) == ["add"]
+    assert card.run.status == "done" and card.run.result == "42"
+    assert not card.result.isVisible(), "the result is folded under the call"
+    qtbot.mouseClick(card.result_toggle, Qt.MouseButton.LeftButton)
+    assert card.result.isVisible() and card.result.toPlainText() == "42"
+    assert "42" in answer, "the model answers with the tool's result"
+
+    _, denied = send_and_answer(qtbot, window, "deny")
+    assert denied.run.status == "denied" and ran(tmp_path) == ["add"], \
+        "Allow once is asked again next time, and a denied call never runs"
+
+
+def test_always_allow_is_remembered_and_the_calls_stay_with_the_conversation(
+        window: MainWindow, qtbot: Any, tmp_path: Path) -> None:
+    send_and_answer(qtbot, window, "allow_always")
+    assert "test/add" in settings.load().settings.always_allowed_tools
+    assert window.controller is not None
+    with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        type_and_send(qtbot, window, ADD)
+    assert ran(tmp_path) == ["add", "add"], "the second call ran without a question"
+    assert asking(window) is None
+
+    conversation_id = window.controller.conversation_id
+    assert conversation_id is not None
+    window.controller.new_chat()
+    qtbot.waitUntil(lambda: not cards(window), timeout=REPLY_TIMEOUT_MS)
+    window.controller.open_conversation(conversation_id)
+    qtbot.waitUntil(lambda: len(cards(window)) == 2, timeout=REPLY_TIMEOUT_MS)
+    assert [(c.run.call.name, c.run.status, c.run.result) for c in cards(window)] == [
+        ("add", "done", "42")] * 2
+
+
+def test_tools_switched_off_for_a_conversation_are_not_offered(
+        window: MainWindow, qtbot: Any, tmp_path: Path) -> None:
+    qtbot.mouseClick(window.composer_bar.tools_button, Qt.MouseButton.LeftButton)
+    assert not window.composer_bar.tools_button.isChecked()
+    assert window.controller is not None
+    with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        type_and_send(qtbot, window, ADD)
+    assert cards(window) == [] and ran(tmp_path) == []
+    conversation = window.controller.conversation()
+    assert conversation is not None and conversation.settings["tools"] is False
+    window.controller.new_chat()
+    qtbot.waitUntil(window.composer_bar.tools_button.isChecked,
+                    timeout=REPLY_TIMEOUT_MS)
+
+
+def test_stop_while_a_call_waits_for_the_user_ends_the_reply_and_runs_nothing(
+        window: MainWindow, qtbot: Any, tmp_path: Path) -> None:
+    assert window.controller is not None
+    with qtbot.waitSignal(window.controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
+        type_and_send(qtbot, window, ADD)
+        qtbot.waitUntil(lambda: asking(window) is not None, timeout=REPLY_TIMEOUT_MS)
+        qtbot.mouseClick(window.composer_bar.stop_button, Qt.MouseButton.LeftButton)
+    qtbot.waitUntil(lambda: cards(window)[-1].run.status == "stopped",
+                    timeout=REPLY_TIMEOUT_MS)
+    assert ran(tmp_path) == []
+    assert not window.controller.streaming
