@@ -352,7 +352,7 @@ class _TerminalChat:
             with contextlib.suppress(Exception):  # leaving anyway
                 turn.future.result(timeout=EXIT_SAVE_S)
             raise
-        except EngineError as err:
+        except (EngineError, StoreError) as err:
             self.out.error(str(err))
             return
         stats = result.reply.stats

@@ -22,6 +22,7 @@ from typing import Any
 from app.core import templates, thinking, tools
 from app.core.backend import (
     Backend,
+    EngineError,
     LoadedModel,
     PromptPlan,
     PromptTooLong,
@@ -39,6 +40,7 @@ from app.core.store import (
     StoreError,
     default_title,
 )
+from app.core.templates import Segment
 from app.core.toolbox import Toolbox
 from app.core.unsaved import UnsavedMessages
 
@@ -136,7 +138,8 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
         calls = None
         if session.calls_tools and (use is not None or any(m.calls for m in history)):
             segments, _, calls = tools.render(session.template, [*system, *messages], use,
-                                              variables)
+                                              variables, check=lambda typed: _typed_only(
+                                                  session, typed))
         else:
             segments = templates.render(session.template, tools.generic_messages(
                 messages, None), system_prompt=system_prompt or None, extra=variables)
@@ -162,6 +165,16 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
         f"This message is too long for the model's context: it needs {len(tokens):,} tokens "
         f"and {reserve:,} more for the reply, but the context holds {session.n_ctx:,}. "
         f"Shorten it, or raise the context size in settings.")
+
+
+def _typed_only(session: Session, strings: list[str]) -> None:
+    """A tool server's names, descriptions and results are printed by a native template
+    as its own text: one holding the model's control tokens goes the generic way,
+    where it stays typed text."""
+    for text in strings:
+        if text and session.encode([Segment(text, False)]) != session.encode(
+                [Segment(text, True)]):
+            raise templates.TemplateError("a tool's text holds control tokens")
 
 
 def _for_template(message: Message) -> list[dict[str, Any]]:
@@ -285,14 +298,18 @@ class ChatService:
 
     def send(self, text: str, sampling: Sampling, system_prompt: str = "",
              on_piece: Callable[[str], None] | None = None,
-             tooling: Tooling | None = None) -> ChatTurn:
+             tooling: Tooling | None = None, *, tools_on: bool = True) -> ChatTurn:
         """Store ``text`` as the user's message and stream the model's reply.
 
         A disk that refuses to save never stops the reply: what it refused is held in
         memory (``unsaved``), the result says why, and the next save writes it.
         """
         self.save_unsaved()
-        conversation_id, error = self._save_question(text, {"system_prompt": system_prompt})
+        # A new conversation keeps the switch its chat had: tools on unless turned off.
+        settings: dict[str, object] = {"system_prompt": system_prompt}
+        if not tools_on:
+            settings["tools"] = False
+        conversation_id, error = self._save_question(text, settings)
         return self._reply(conversation_id, sampling, system_prompt, on_piece, error,
                            tooling=tooling)
 
@@ -340,26 +357,30 @@ class ChatService:
         return turn
 
     def _step(self, turn: ChatTurn, asked: _Asked, save_error: str | None,
-              calls_made: int = 0) -> None:
-        """One reply of the turn; if it calls tools, they run (as allowed) on a thread
-        of their own and the next reply follows, up to the bound on calls."""
+              calls_made: int = 0, calling: ChatResult | None = None) -> None:
+        """One reply of the turn (after ``calling``'s calls, if any); if it calls tools,
+        they run (as allowed) on a thread of their own and the next reply follows, up to
+        the bound on calls."""
         sampling, system_prompt = asked.sampling, asked.system_prompt
         on_piece, tooling = asked.on_piece, asked.tooling
-        conversation_id = self._held.saved_id(turn.conversation_id)
-        history = self._history(conversation_id)
-        min_dropped = _last_dropped(history, self.model)
         use = None
         if tooling is not None:
             listed = tooling.box.tools()
-            bound = tooling.box.settings.max_tool_calls
+            if calling is not None and turn.stopped.is_set():  # while servers started
+                turn.future.set_result(calling)
+                return
+            bound = tooling.box.call_bound
             # A forced choice is the first reply's: after the results the model answers,
             # or calls again of its own accord, as an agent's next step does.
             choice = tooling.choice if calls_made == 0 else tools.AUTO
             if choice not in (tools.AUTO, tools.NONE, tools.REQUIRED, *(t.name for t in listed)):
                 choice = tools.AUTO  # its server did not start this time
-            if calls_made >= bound or not listed:
+            if calls_made >= bound:
                 choice = tools.NONE
-            use = tools.ToolUse(listed, choice)
+            use = tools.ToolUse(listed, choice) if listed else None
+        conversation_id = self._held.saved_id(turn.conversation_id)
+        history = self._history(conversation_id)
+        min_dropped = _last_dropped(history, self.model)
         row_id: int | None = None
         if not self._held.holds(conversation_id):  # never write past unsaved messages
             try:
@@ -394,6 +415,9 @@ class ChatService:
                 return
             runs = tuple(ToolRun(call, tooling.box.server_of(call.name))
                          for call in reply.tool_calls) if tooling is not None else ()
+            if turn.stopped.is_set():  # none of them will run
+                runs = tuple(dataclasses.replace(r, status="stopped", result=STOPPED)
+                             for r in runs)
             saved = saver.finish(reply, runs)
             message_id = row_id
             if not saved:
@@ -437,11 +461,15 @@ class ChatService:
             if turn.stopped.is_set():
                 turn.future.set_result(calling)
                 return
-            bound = asked.tooling.box.settings.max_tool_calls
+            bound = asked.tooling.box.call_bound
             made_now = bound if repeated == len(runs) else calls_made + len(runs)
-            self._step(turn, asked, calling.save_error, made_now)
-        except BaseException as exc:  # the face hears of it from the turn
+            self._step(turn, asked, calling.save_error, made_now, calling)
+        except (EngineError, StoreError) as exc:  # the face hears of it from the turn
             turn.future.set_exception(exc)
+        except Exception as exc:
+            logger.exception("the reply after the tool calls failed")
+            turn.future.set_exception(EngineError(
+                f"The reply after the tool calls could not be written: {exc}"))
 
     def _record_calls(self, conversation_id: int, message_id: int,
                       runs: tuple[ToolRun, ...]) -> None:
@@ -450,11 +478,14 @@ class ChatService:
             return
         try:
             self.store.set_calls(message_id, runs)
+        except NotFoundError:
+            pass  # the conversation was deleted meanwhile
         except StoreError as err:
             logger.warning("tool calls not saved: %s", err)
             self._held.set_calls(conversation_id, message_id, runs)
 
 
+STOPPED = "The user stopped the reply."
 REPEATED = ("This call was made before in this reply with the same arguments; it was "
             "not run again. Answer the user with what you have.")
 
@@ -470,8 +501,7 @@ def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event) -> ToolRu
     """One call: allowed (asked if need be), run, and what the model is told."""
     box, hooks, name = tooling.box, tooling.hooks, run.call.name
     if stopped.is_set():
-        return _shown(hooks, dataclasses.replace(run, status="stopped",
-                                                 result="The user stopped the reply."))
+        return _shown(hooks, dataclasses.replace(run, status="stopped", result=STOPPED))
     if not run.server:
         return _shown(hooks, dataclasses.replace(run, status="failed",
                                                  result=f"There is no tool named {name}."))
@@ -484,8 +514,8 @@ def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event) -> ToolRu
             except TimeoutError:
                 if stopped.is_set():
                     answer.cancel()
-                    return _shown(hooks, dataclasses.replace(
-                        run, status="stopped", result="The user stopped the reply."))
+                    return _shown(hooks, dataclasses.replace(run, status="stopped",
+                                                             result=STOPPED))
         if decision == DENY:
             return _shown(hooks, dataclasses.replace(
                 run, status="denied", result=f"The user did not allow {name} to run."))

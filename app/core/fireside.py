@@ -291,11 +291,8 @@ class Fireside:
         def run() -> ChatTurn:
             model = self.engine.loaded
             first = not any(m.role == "assistant" for m in self.history())
-            new = self.conversation_id is None
             turn = self.chat.send(text, self.sampling(), self.system_prompt(), on_piece,
-                                  self._tooling(tools))
-            if new and not self._tools_in_new_chat:
-                self.set_tools_on(False)
+                                  self._tooling(tools), tools_on=self.tools_on)
             if model is not None and model.base_model and first:
                 turn.note = base_model_note(model.name)
             return self._start(turn)
@@ -357,7 +354,6 @@ class Fireside:
 
     def new_chat(self, preempt: bool = False) -> Future[None]:
         """An empty chat: the sequence's history is cleared, the model stays."""
-        self._tools_in_new_chat = True
         return self._queue(self._clear, preempt)
 
     # Tools --------------------------------------------------------------------------------
@@ -426,6 +422,7 @@ class Fireside:
             reply.stop()
 
     def _clear(self) -> None:
+        self._tools_in_new_chat = True
         with contextlib.suppress(NoModelLoaded):  # nothing to clear
             self.chat.new_chat().result()
 

@@ -125,8 +125,11 @@ class McpConnection:
         loop, session = self._loop, self._session
         if not self.alive or loop is None or session is None:
             raise McpError(f"The tool server '{self.server.name}' has stopped.")
-        future = asyncio.run_coroutine_threadsafe(
-            session.call_tool(name, dict(arguments)), loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(
+                session.call_tool(name, dict(arguments)), loop)
+        except RuntimeError as err:  # its event loop has just ended
+            raise McpError(f"The tool server '{self.server.name}' has stopped.") from err
         waited = 0.0
         try:
             while True:

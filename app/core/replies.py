@@ -119,6 +119,8 @@ class ToolRun:
             return None
         status = data.get("status")
         known: RunStatus = next((s for s in get_args(RunStatus) if s == status), "failed")
+        if known in ("asking", "running"):  # the app ended before it did: it never will
+            known = "stopped"
         return cls(ToolCall(data["name"], data["arguments"], data["id"]),
                    str(data.get("server", "")), known, str(data.get("result", "")))
 

@@ -37,6 +37,7 @@ class Toolbox:
         self._save = save  # the settings, once a tool is always allowed
         # Servers for this session only (the terminal's --tools file), over the saved ones.
         self.session_servers: dict[str, object] | None = None
+        self._session_allowed: list[str] = []
         self._connect = connect
         self._connections: dict[str, McpConnection] = {}  # by the server's name
         self._failed: dict[str, tuple[McpServer, str]] = {}  # the server, and why
@@ -47,20 +48,26 @@ class Toolbox:
     # What the user set ------------------------------------------------------------------
 
     def servers(self) -> list[McpServer]:
-        """The servers added, in their order; [] if the stored list cannot be read
-        (``config_problem`` says why)."""
-        try:
-            return read_config({"mcpServers": self._config()})
-        except McpError:
-            return []
+        """The servers added that can be used, in their order (``config_problems`` says
+        why any other cannot)."""
+        return self._read()[0]
 
     @property
-    def config_problem(self) -> str | None:
-        try:
-            read_config({"mcpServers": self._config()})
-        except McpError as err:
-            return f"The tool servers in the settings cannot be used: {err}"
-        return None
+    def config_problems(self) -> list[str]:
+        return self._read()[1]
+
+    def _read(self) -> tuple[list[McpServer], list[str]]:
+        config = self._config()
+        found: list[McpServer] = []
+        problems: list[str] = []
+        if not isinstance(config, dict):
+            return found, ["The tool servers in the settings are not a JSON object."]
+        for name, entry in config.items():  # one by one: a mistake costs its own server
+            try:
+                found += read_config({"mcpServers": {name: entry}})
+            except McpError as err:
+                problems.append(f"The tool server '{name}' cannot be used: {err}")
+        return found, problems
 
     def enabled(self) -> list[McpServer]:
         if self.session_servers is not None:
@@ -77,14 +84,28 @@ class Toolbox:
         """Some server is added and switched on: a conversation can have tools."""
         return bool(self.enabled())
 
+    @property
+    def call_bound(self) -> int:
+        """Calls per reply (a hand-edited setting below 1 counts as 1)."""
+        return max(1, self.settings.max_tool_calls)
+
     def always_allowed(self, server: str, tool: str) -> bool:
-        return f"{server}/{tool}" in self.settings.always_allowed_tools
+        return f"{server}/{tool}" in self._allowed()
 
     def allow_always(self, server: str, tool: str) -> None:
+        allowed = self._allowed()
         key = f"{server}/{tool}"
-        if key not in self.settings.always_allowed_tools:
-            self.settings.always_allowed_tools.append(key)
-            self._save()
+        if key not in allowed:
+            allowed.append(key)
+            if self.session_servers is None:
+                self._save()
+
+    def _allowed(self) -> list[str]:
+        # The terminal's --tools servers may share a name with the window's but be other
+        # programs: what is allowed for them lasts for the session only.
+        if self.session_servers is not None:
+            return self._session_allowed
+        return self.settings.always_allowed_tools
 
     # Connected -----------------------------------------------------------------------------
 
@@ -99,23 +120,28 @@ class Toolbox:
                 if connection.server not in enabled or not connection.alive:
                     self._connections.pop(name).close()
             self._failed = {n: f for n, f in self._failed.items() if f[0] in enabled}
-            for server in enabled:
-                if server.name not in self._connections and server.name not in self._failed:
-                    connection = self._connect(server)
-                    try:
-                        connection.start()
-                    except McpError as err:
-                        logger.warning("%s", err)
-                        self._failed[server.name] = (server, str(err))
-                        continue
-                    self._connections[server.name] = connection
-            self._routes = {}
+            starting = [s for s in enabled
+                        if s.name not in self._connections and s.name not in self._failed]
+        for server in starting:  # outside the lock: a start may take seconds
+            connection = self._connect(server)
+            try:
+                connection.start()
+            except McpError as err:
+                logger.warning("%s", err)
+                with self._lock:
+                    self._failed[server.name] = (server, str(err))
+                continue
+            with self._lock:
+                self._connections[server.name] = connection
+        with self._lock:
+            routes: dict[str, _Route] = {}
             for server in enabled:
                 found = self._connections.get(server.name)
                 if found is not None and found.alive:
                     for tool in found.tools:
-                        self._routes.setdefault(tool.name, _Route(found, tool))
-            return tuple(route.tool for route in self._routes.values())
+                        routes.setdefault(tool.name, _Route(found, tool))
+            self._routes = routes
+            return tuple(route.tool for route in routes.values())
 
     @property
     def problems(self) -> list[str]:
@@ -126,7 +152,8 @@ class Toolbox:
     def take_problems(self) -> list[str]:
         """The problems not told yet, for a face to tell once."""
         with self._lock:
-            new = [why for _, why in self._failed.values() if why not in self._told]
+            known = [*self.config_problems, *(why for _, why in self._failed.values())]
+            new = [why for why in known if why not in self._told]
             self._told.update(new)
             return new
 
@@ -145,8 +172,8 @@ class Toolbox:
             raise McpError(f"The arguments of {call.name} are not JSON: {err}") from err
         if not isinstance(arguments, dict):
             raise McpError(f"The arguments of {call.name} must be a JSON object.")
-        return route.connection.call(call.name, arguments,
-                                     timeout_s=self.settings.tool_timeout_s, cancel=cancel)
+        return route.connection.call(call.name, arguments, cancel=cancel,
+                                     timeout_s=max(1.0, self.settings.tool_timeout_s))
 
     def reset(self) -> None:
         """Start over with the servers as set now: those that failed are tried again."""

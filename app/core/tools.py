@@ -383,21 +383,23 @@ def render(template: templates.ChatTemplate, messages: Sequence[Mapping[str, Any
            ) -> tuple[list[templates.Segment], list[dict[str, Any]], ToolPlan | None]:
     """A conversation with tools (or with calls and results in it) through the model's
     template: as the family writes them, or in the generic format. ``check`` sees the
-    typed text of a native rendering first (a request refuses control tokens in it).
+    typed text of a native rendering first: it may refuse it (a request refuses control
+    tokens in it), or raise TemplateError to have the generic format instead.
     The segments, the messages as rendered, and how the reply may call."""
     extra = dict(variables)
     native = format_for(template.text)
     if native is not None:
-        if check is not None:
-            check(typed_strings(use, messages))
         convo = native_messages(messages, native)
         if use is not None:
             extra["tools"] = [t.openai() for t in use.tools]
         try:
+            if check is not None:
+                check(typed_strings(use, messages))
             return templates.render(template, convo, extra=extra), convo, plan(native, use)
         except templates.TemplateError:
             # The family's template cannot show this conversation with its typed text
-            # kept apart: the generic format can.
+            # kept apart (or ``check`` asks for the typed text to stay typed): the
+            # generic format can.
             extra.pop("tools", None)
     convo = generic_messages(messages, use)
     return templates.render(template, convo, extra=extra), convo, plan(None, use)

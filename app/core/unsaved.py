@@ -132,8 +132,10 @@ class UnsavedMessages:
             if found is not None:
                 found.calls = calls
                 return
-            stored = next(m for m in self.store.messages(self.saved_id(conversation_id))
-                          if m.id == message_id)
+            stored = next((m for m in self.store.messages(self.saved_id(conversation_id))
+                           if m.id == message_id), None)
+            if stored is None:
+                return  # deleted meanwhile
             self.hold(conversation_id, "assistant", stored.text, stored.stats, message_id,
                       thinking=stored.thinking, calls=calls)
 

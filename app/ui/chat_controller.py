@@ -78,7 +78,8 @@ class ChatController(QObject):
         self._closed = False
         self._asked: dict[str, Future[str]] = {}  # calls waiting for the user, by id
         self._relay = ToolRelay(self)
-        self._relay.changed.connect(self.tool_call_changed)
+        self._relay.changed.connect(self._on_tool_call_changed)
+        self._calls_shown = False  # the reply on screen made calls
 
     @property
     def conversation_id(self) -> int | None:
@@ -125,6 +126,10 @@ class ChatController(QObject):
         asked = self._asked.pop(call_id, None)
         if asked is not None and not asked.done():
             asked.set_result(decision)
+
+    def _on_tool_call_changed(self, run: ToolRun) -> None:
+        self._calls_shown = True
+        self.tool_call_changed.emit(run)
 
     def _tools(self) -> ToolHooks:
         """The window's part in calls: asked on the calls' thread, answered by a click."""
@@ -237,6 +242,7 @@ class ChatController(QObject):
 
     async def _begin(self, turn: ChatTurn, text: str, pieces: PieceStream) -> None:
         self._turn = turn
+        self._calls_shown = False
         self.streaming_changed.emit(True)
         if text:
             self.message_sent.emit(text)
@@ -255,6 +261,9 @@ class ChatController(QObject):
                 notices.error(str(err))
         else:
             self.reply_finished.emit(result.reply.text, result.reply.stats)
+            if self._calls_shown:  # the replies and calls as stored, each in its place
+                self.conversation_opened.emit(self.core.conversation_id,
+                                              read(self.core.history, []))
             if turn.note:
                 notices.info(turn.note)
             for problem in self.core.toolbox.take_problems():

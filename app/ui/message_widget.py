@@ -199,15 +199,15 @@ class MessageWidget(QFrame):
             layout.addWidget(self._author)
             layout.addWidget(self.thinking)
             layout.addWidget(self.text)
+            for button in (self.copy_button, self.regenerate_button, self.details_button):
+                bar.addWidget(button)
+            bar.addStretch(1)
         self._calls: dict[str, ToolCallView] = {}
         self._calls_layout = QVBoxLayout()
         self._calls_layout.setSpacing(4)
         layout.addLayout(self._calls_layout)
         for run in calls:
             self.show_call(run)
-            for button in (self.copy_button, self.regenerate_button, self.details_button):
-                bar.addWidget(button)
-            bar.addStretch(1)
         layout.addWidget(self._error)
         layout.addWidget(self._actions)
         layout.addWidget(self.details)

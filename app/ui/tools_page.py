@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QShowEvent
 from PySide6.QtWidgets import (
     QFileDialog,
     QFormLayout,
@@ -116,6 +117,10 @@ class ToolsPage(QWidget):
         self.allowed_list.clear()
         for key in self.prefs.always_allowed_tools:
             self.allowed_list.addItem(key)
+
+    def showEvent(self, event: QShowEvent) -> None:
+        super().showEvent(event)
+        self.refresh()  # the chat may have allowed a tool since the page was built
 
     def add_server(self) -> None:
         name = self.name_edit.text().strip()

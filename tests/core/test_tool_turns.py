@@ -136,3 +136,22 @@ def test_without_a_face_to_ask_or_with_tools_off_no_tool_is_offered(
     off = core.send("Again.", tools=Person().hooks()).result(TIMEOUT).future.result(TIMEOUT)
     assert not off.reply.tool_calls and ran(tmp_path) == []
     assert core.conversation() is not None and core.tools_on is False
+
+
+def test_a_server_entry_that_cannot_be_used_costs_only_itself(core: Fireside,
+                                                               tmp_path: Path) -> None:
+    core.settings.mcp_servers["broken"] = {"args": ["no command"]}
+    names = [t.name for t in core.toolbox.tools()]
+    assert "add" in names
+    (problem,) = core.toolbox.take_problems()
+    assert "'broken'" in problem and "command or a url" in problem
+    assert core.toolbox.take_problems() == [], "each problem is told once"
+
+
+def test_always_allowing_a_terminal_sessions_server_lasts_for_that_session(
+        core: Fireside) -> None:
+    core.toolbox.session_servers = dict(core.settings.mcp_servers)
+    core.toolbox.allow_always("test", "add")
+    assert core.toolbox.always_allowed("test", "add")
+    assert core.settings.always_allowed_tools == [], \
+        "a --tools file's server may share a name with another program in the window"

@@ -67,7 +67,8 @@ def send_and_answer(qtbot: Any, window: MainWindow, button: str) -> tuple[str, T
         card = asking(window)
         assert card is not None
         qtbot.mouseClick(getattr(card, button), Qt.MouseButton.LeftButton)
-    return done.args[0], card
+    qtbot.waitUntil(lambda: cards(window)[-1].run.status not in ("asking", "running"))
+    return done.args[0], cards(window)[-1]
 
 
 def test_a_call_runs_only_when_allowed_and_its_result_reaches_the_answer(
@@ -84,6 +85,9 @@ def test_a_call_runs_only_when_allowed_and_its_result_reaches_the_answer(
         assert card is not None and "add" in card.title.text()
         assert '"a": 17' in card.title.text() or '"a":17' in card.title.text()
         qtbot.mouseClick(card.allow_once, Qt.MouseButton.LeftButton)
+    # Shown again as stored: the calling reply with its call, then the answer.
+    qtbot.waitUntil(lambda: [c.run.status for c in cards(window)] == ["done"])
+    (card,) = cards(window)
     answer = window.transcript.message_widgets()[-1].markdown()
     assert ran(tmp_path) == ["add"]
     assert card.run.status == "done" and card.run.result == "42"

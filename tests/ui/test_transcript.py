@@ -220,6 +220,17 @@ def test_only_the_newest_messages_offer_regenerate_and_edit(view: TranscriptView
     assert edit.args == ["second"]
 
 
+def test_a_replys_actions_sit_side_by_side_under_it(view: TranscriptView, qtbot: QtBot) -> None:
+    view.set_messages([message("user", "Hi"), message("assistant", "Hello there.", STATS)])
+    _, reply = view.message_widgets()
+    qtbot.waitUntil(reply.regenerate_button.isVisible)
+    buttons = [reply.copy_button, reply.regenerate_button, reply.details_button]
+    lefts = [b.mapTo(reply, QPoint(0, 0)).x() for b in buttons]
+    assert lefts == sorted(lefts) and len(set(lefts)) == 3, "one beside the other, in order"
+    assert min(b.mapTo(reply, QPoint(0, 0)).y() for b in buttons) > \
+        reply.text.mapTo(reply, QPoint(0, reply.text.height())).y() - 1, "below the text"
+
+
 def test_actions_work_from_the_keyboard(view: TranscriptView, qtbot: QtBot) -> None:
     view.set_messages([message("user", "q"), message("assistant", "a", STATS)])
     button = last(view).regenerate_button
