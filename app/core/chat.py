@@ -29,7 +29,7 @@ from app.core.backend import (
     ReplyHandle,
     Session,
 )
-from app.core.mcp_tools import McpError
+from app.core.mcp_tools import MAX_RESULT_CHARS, McpError
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import Reply, RunStatus, Thinking, ToolRun
 from app.core.store import (
@@ -453,7 +453,8 @@ class ChatService:
                     done.append(_shown(asked.tooling.hooks, dataclasses.replace(
                         earlier, call=run.call, result=f"{earlier.result}\n[{REPEATED}]")))
                 else:
-                    done.append(_run_one(run, asked.tooling, turn.stopped))
+                    done.append(_run_one(run, asked.tooling, turn.stopped,
+                                         self._result_limit()))
                     turn.results[key] = done[-1]
                 with self._lock:
                     self._record_calls(turn.conversation_id, message_id,
@@ -470,6 +471,13 @@ class ChatService:
             logger.exception("the reply after the tool calls failed")
             turn.future.set_exception(EngineError(
                 f"The reply after the tool calls could not be written: {exc}"))
+
+    def _result_limit(self) -> int:
+        """Characters of a tool's output the model reads: within a third of a small
+        context or so (about 3.5 characters a token), so the reply after it fits."""
+        model = self.model
+        n_ctx = model.n_ctx if model is not None else MAX_RESULT_CHARS
+        return min(MAX_RESULT_CHARS, max(2_000, n_ctx))
 
     def _record_calls(self, conversation_id: int, message_id: int,
                       runs: tuple[ToolRun, ...]) -> None:
@@ -497,7 +505,8 @@ def _normal(arguments: str) -> str:
         return arguments
 
 
-def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event) -> ToolRun:
+def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event,
+             limit: int) -> ToolRun:
     """One call: allowed (asked if need be), run, and what the model is told."""
     box, hooks, name = tooling.box, tooling.hooks, run.call.name
     if stopped.is_set():
@@ -523,7 +532,7 @@ def _run_one(run: ToolRun, tooling: Tooling, stopped: threading.Event) -> ToolRu
             box.allow_always(run.server, name)
     running = _shown(hooks, dataclasses.replace(run, status="running"))
     try:
-        output = box.call(run.call, cancel=stopped)
+        output = box.call(run.call, cancel=stopped, limit=limit)
     except McpError as err:
         status: RunStatus = "stopped" if stopped.is_set() else "failed"
         return _shown(hooks, dataclasses.replace(running, status=status, result=str(err)))

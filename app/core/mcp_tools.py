@@ -119,7 +119,7 @@ class McpConnection:
 
     def call(self, name: str, arguments: Mapping[str, Any],
              timeout_s: float = CALL_TIMEOUT_S,
-             cancel: threading.Event | None = None) -> str:
+             cancel: threading.Event | None = None, limit: int = MAX_RESULT_CHARS) -> str:
         """The tool's output as text. McpError if the server has stopped, the call took
         longer than ``timeout_s`` (it is cancelled) or ``cancel`` was set."""
         loop, session = self._loop, self._session
@@ -155,7 +155,7 @@ class McpConnection:
             raise McpError(f"The call of {name} failed: {_reason(err)}") from err
         return result_text(list(getattr(result, "content", [])),
                            getattr(result, "structured_content", None),
-                           bool(getattr(result, "is_error", False)))
+                           bool(getattr(result, "is_error", False)), limit)
 
     def close(self) -> None:
         loop, closing = self._loop, self._closing

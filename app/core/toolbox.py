@@ -16,7 +16,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from app.core import settings
-from app.core.mcp_tools import McpConnection, McpError, McpServer, read_config
+from app.core.mcp_tools import (
+    MAX_RESULT_CHARS,
+    McpConnection,
+    McpError,
+    McpServer,
+    read_config,
+)
 from app.core.replies import ToolCall
 from app.core.tools import Tool
 
@@ -161,7 +167,8 @@ class Toolbox:
         route = self._routes.get(tool)
         return route.connection.server.name if route else ""
 
-    def call(self, call: ToolCall, cancel: threading.Event | None = None) -> str:
+    def call(self, call: ToolCall, cancel: threading.Event | None = None,
+             limit: int = MAX_RESULT_CHARS) -> str:
         """The tool's output; McpError with what to tell the model and the user."""
         route = self._routes.get(call.name)
         if route is None:
@@ -172,7 +179,7 @@ class Toolbox:
             raise McpError(f"The arguments of {call.name} are not JSON: {err}") from err
         if not isinstance(arguments, dict):
             raise McpError(f"The arguments of {call.name} must be a JSON object.")
-        return route.connection.call(call.name, arguments, cancel=cancel,
+        return route.connection.call(call.name, arguments, cancel=cancel, limit=limit,
                                      timeout_s=max(1.0, self.settings.tool_timeout_s))
 
     def reset(self) -> None:

@@ -155,3 +155,12 @@ def test_always_allowing_a_terminal_sessions_server_lasts_for_that_session(
     assert core.toolbox.always_allowed("test", "add")
     assert core.settings.always_allowed_tools == [], \
         "a --tools file's server may share a name with another program in the window"
+
+
+def test_a_long_output_reaches_the_model_within_the_cap_with_a_note(core: Fireside) -> None:
+    engine(core).calls = lambda n: [ToolCall("flood", '{"n": 40000}')] if n == 1 else []
+    turn = core.send("Fetch it all.", tools=Person().hooks()).result(TIMEOUT)
+    result = turn.future.result(TIMEOUT)
+    (run,) = core.store.messages(result.conversation_id)[1].calls
+    kept, note = run.result.rsplit("\n", 1)
+    assert kept == "x" * 16_000 and "24,000 more characters" in note
