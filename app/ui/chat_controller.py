@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import threading
 from collections.abc import Callable, Coroutine
 from concurrent.futures import Executor, Future
 from typing import Any
@@ -76,7 +77,8 @@ class ChatController(QObject):
         self._tasks = tasks  # the window's, loads included
         self._lock = asyncio.Lock()
         self._closed = False
-        self._asked: dict[str, Future[str]] = {}  # calls waiting for the user, by id
+        self._asked: dict[str, Future[str]] = {}  # the user's answers to calls, by id
+        self._asked_lock = threading.Lock()  # asked on the calls' thread, answered here
         self._relay = ToolRelay(self)
         self._relay.changed.connect(self._on_tool_call_changed)
         self._calls_shown = False  # the reply on screen made calls
@@ -123,9 +125,16 @@ class ChatController(QObject):
 
     def decide(self, call_id: str, decision: str) -> None:
         """The user's answer for a call that waits (ALLOW_ONCE, ALLOW_ALWAYS or DENY)."""
-        asked = self._asked.pop(call_id, None)
-        if asked is not None and not asked.done():
-            asked.set_result(decision)
+        self._answer(call_id).set_result(decision)
+
+    def _answer(self, call_id: str) -> Future[str]:
+        # The call is shown just before its question is asked on the calls' thread: a
+        # quick click may come first, and its answer waits here for the question.
+        with self._asked_lock:
+            answer = self._asked.get(call_id)
+            if answer is None or answer.done():
+                answer = self._asked[call_id] = Future()
+            return answer
 
     def _on_tool_call_changed(self, run: ToolRun) -> None:
         self._calls_shown = True
@@ -133,13 +142,7 @@ class ChatController(QObject):
 
     def _tools(self) -> ToolHooks:
         """The window's part in calls: asked on the calls' thread, answered by a click."""
-
-        def ask(run: ToolRun) -> Future[str]:
-            answer: Future[str] = Future()
-            self._asked[run.call.id] = answer
-            return answer
-
-        return ToolHooks(ask, self._relay.changed.emit)
+        return ToolHooks(lambda run: self._answer(run.call.id), self._relay.changed.emit)
 
     def rename_conversation(self, conversation_id: int, title: str) -> None:
         read(lambda: self.core.rename_conversation(conversation_id, title), None)
@@ -277,7 +280,8 @@ class ChatController(QObject):
                               "is saved as soon as there is room again.")
         finally:
             pieces.deleteLater()  # the transcript is done with it
-            self._asked.clear()  # a call still asked was stopped with its reply
+            with self._asked_lock:
+                self._asked.clear()  # a call still asked was stopped with its reply
             self._turn = None
             self.streaming_changed.emit(False)
             if not self._closed:
