@@ -177,3 +177,65 @@ def test_a_server_that_cannot_start_is_named_and_the_others_serve(
     found = chat(smollm2_path, mcp_json, "--allow-tools", "--tool-choice", "add", ADD)
     assert any("'nowhere'" in e["message"] for e in of(found, "notice"))
     assert of(found, "tool_result")[0]["status"] == "done"
+
+
+class Terminal:
+    """`fireside chat` on a pseudo-terminal, as a person at the keyboard runs it."""
+
+    def __init__(self, *args: str) -> None:
+        import pty  # POSIX only, as this test
+
+        self.master, slave = pty.openpty()
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "app", "chat", *args], stdin=slave, stdout=slave,
+            stderr=slave, env=dict(os.environ), close_fds=True)
+        os.close(slave)
+        self.seen = ""
+
+    def wait_for(self, text: str, since: int = 0, timeout: float = 120) -> None:
+        """Until ``text`` shows, after the first ``since`` characters of the session."""
+        import select
+
+        deadline = time.monotonic() + timeout
+        while text not in self.seen[since:]:
+            left = deadline - time.monotonic()
+            assert left > 0, f"{text!r} never came; the terminal shows:\n{self.seen}"
+            ready, _, _ = select.select([self.master], [], [], left)
+            if ready:
+                self.seen += os.read(self.master, 4096).decode(errors="replace")
+
+    def type(self, line: str) -> None:
+        os.write(self.master, (line + "\n").encode())
+
+    def close(self) -> int:
+        self.type("/quit")
+        try:
+            return self.process.wait(timeout=30)
+        finally:
+            if self.process.poll() is None:  # a failed test left it mid-question
+                self.process.kill()
+                self.process.wait()
+            os.close(self.master)
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX")
+def test_at_a_terminal_each_call_is_asked_and_the_answer_obeyed(
+        smollm2_path: Path, mcp_json: Path) -> None:
+    terminal = Terminal("--model", str(smollm2_path), "--tools", str(mcp_json),
+                        "--tool-choice", "add", "--temperature", "0", "--max-tokens", "64")
+    try:
+        terminal.wait_for("is ready")
+        terminal.type(ADD)
+        terminal.wait_for("[o]nce / [a]lways / [n]o")
+        assert ran(mcp_json) == [], "nothing runs before the answer"
+        terminal.type("n")
+        terminal.wait_for("[add: denied]")
+        assert ran(mcp_json) == []
+        asked = len(terminal.seen)
+        terminal.type(ADD)
+        terminal.wait_for("[o]nce / [a]lways / [n]o", since=asked)  # a no was for that call
+        terminal.type("o")
+        terminal.wait_for("[add: done] 42")
+        assert ran(mcp_json) == ["add"]
+    finally:
+        assert terminal.close() == 0
