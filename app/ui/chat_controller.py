@@ -125,16 +125,15 @@ class ChatController(QObject):
 
     def decide(self, call_id: str, decision: str) -> None:
         """The user's answer for a call that waits (ALLOW_ONCE, ALLOW_ALWAYS or DENY)."""
-        self._answer(call_id).set_result(decision)
+        answer = self._answer(call_id)
+        if not answer.done():  # the first answer counts
+            answer.set_result(decision)
 
     def _answer(self, call_id: str) -> Future[str]:
         # The call is shown just before its question is asked on the calls' thread: a
         # quick click may come first, and its answer waits here for the question.
         with self._asked_lock:
-            answer = self._asked.get(call_id)
-            if answer is None or answer.done():
-                answer = self._asked[call_id] = Future()
-            return answer
+            return self._asked.setdefault(call_id, Future())
 
     def _on_tool_call_changed(self, run: ToolRun) -> None:
         self._calls_shown = True

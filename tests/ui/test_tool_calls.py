@@ -15,6 +15,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
 from app.core import settings
+from app.core.chat import ALLOW_ONCE, DENY
+from app.core.replies import ToolCall, ToolRun
 from app.ui.tool_call_view import ToolCallView
 from app.ui.window import MainWindow
 from tests.ui.conftest import REPLY_TIMEOUT_MS, WindowFactory, greedy_settings, type_and_send
@@ -147,3 +149,22 @@ def test_stop_while_a_call_waits_for_the_user_ends_the_reply_and_runs_nothing(
                     timeout=REPLY_TIMEOUT_MS)
     assert ran(tmp_path) == []
     assert not window.controller.streaming
+
+
+def test_an_answer_clicked_before_the_question_arrives_is_kept_for_it(
+        window: MainWindow) -> None:
+    # The card is shown just before the calls' thread asks its question; on a busy
+    # machine the click can come first (seen in CI): that answer must not be lost.
+    controller = window.controller
+    assert controller is not None
+    hooks = controller._tools()
+    early = ToolRun(ToolCall("add", "{}", "call_early"), "test")
+    controller.decide("call_early", DENY)
+    controller.decide("call_early", ALLOW_ONCE)  # a second click changes nothing
+    answer = hooks.ask(early)
+    assert answer.done() and answer.result() == DENY
+    late = ToolRun(ToolCall("add", "{}", "call_late"), "test")
+    waiting = hooks.ask(late)
+    assert not waiting.done()
+    controller.decide("call_late", ALLOW_ONCE)
+    assert waiting.result(timeout=1) == ALLOW_ONCE
