@@ -1,5 +1,5 @@
-"""The terminal commands of ``fireside``: ``models``, ``chat``, ``serve``, ``export`` and
-``servers``."""
+"""The terminal commands of ``fireside``: ``models``, ``chat``, ``serve``, ``export``,
+``servers`` and ``devices``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from app.core.options import FLASH_ATTENTION, KV_CACHE_BYTES
+from app.core.options import FLASH_ATTENTION, KV_CACHE_BYTES, checked_gpu_layers
 from app.core.thinking import THINKING_CHOICES
 
 
@@ -62,6 +62,8 @@ def _parser() -> argparse.ArgumentParser:
                       help="auto (default): on where llama.cpp runs it")
     chat.add_argument("--kv-cache", choices=tuple(KV_CACHE_BYTES),
                       help="the KV cache's type: f16 (default), q8_0 or q4_0 (less memory)")
+    chat.add_argument("--gpu-layers", metavar="auto|all|off|N",
+                      help="layers on the GPU: auto (default: as many as fit), all, off, or N")
     chat.add_argument("--thinking", choices=THINKING_CHOICES,
                       help="a thinking model's thinking: on, off, or gpt-oss's effort")
     chat.add_argument("--thinking-budget", type=int, metavar="N",
@@ -106,6 +108,10 @@ def _parser() -> argparse.ArgumentParser:
                        help="require this token of every request; alone: the token kept in "
                             "the settings (made once)")
 
+    devices = commands.add_parser("devices", help="the devices llama.cpp can run models on, "
+                                  "with their memory")
+    devices.add_argument("--json", action="store_true", help="one JSON object per device")
+
     export = commands.add_parser("export", help="write conversations to stdout")
     export.add_argument("id", nargs="?", type=int, help="a conversation id (default: latest)")
     export.add_argument("--all", action="store_true", help="every conversation")
@@ -130,6 +136,9 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
         value = getattr(args, name, None)
         if value is not None and not ok(value):
             parser.error(message)
+    if args.gpu_layers is not None and checked_gpu_layers(args.gpu_layers) is None:
+        parser.error(f"--gpu-layers must be auto, all, off or a number of layers, "
+                     f"not {args.gpu_layers!r}")
 
 
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -155,6 +164,8 @@ def run(args: argparse.Namespace) -> int:
         return _models(args)
     if args.command == "export":
         return _export(args)
+    if args.command == "devices":
+        return _devices(args)
     if args.command == "serve":
         from app.cli.serve import run_serve  # noqa: PLC0415
 
@@ -172,7 +183,8 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
     """A terminal chat with the saved settings: for a build that has no window."""
     for name in ("prompt", "model", "system", "temperature", "top_p", "top_k", "min_p",
                  "repeat_penalty", "seed", "max_tokens", "context", "threads",
-                 "prompt_threads", "batch_size", "flash_attention", "kv_cache", "thinking",
+                 "prompt_threads", "batch_size", "flash_attention", "kv_cache", "gpu_layers",
+                 "thinking",
                  "thinking_budget", "conversation"):
         setattr(args, name, None)
     args.hide_thinking = False
@@ -198,8 +210,17 @@ def _models(args: argparse.Namespace) -> int:
     from app.cli.servers import print_listing  # noqa: PLC0415
 
     if args.json:
+        from app.core import devices, offload  # noqa: PLC0415 - loads llama.cpp
+
+        found = devices.list_devices()
+        unavailable = devices.gpu_support(found)
         for entry in entries:
-            print(json.dumps(entry.to_json(), ensure_ascii=False))
+            record = entry.to_json()
+            plan = offload.for_entry(entry, loaded.settings.load_options(entry.path), found,
+                                     unavailable)
+            if plan is not None:
+                record |= {"gpu_layers": plan.gpu_layers, "n_layers": plan.n_layers}
+            print(json.dumps(record, ensure_ascii=False))
         for listing in listings:
             for model in listing.models:
                 print(json.dumps(model.to_json(), ensure_ascii=False))
@@ -224,6 +245,24 @@ def _models(args: argparse.Namespace) -> int:
             entry.size_label, entry.quantization, size) if x)
         context = f"{entry.context_length:,} ctx" if entry.context_length else ""
         print(f"{entry.name}  ({details}{', ' + context if context else ''})\n    {entry.path}")
+    return 0
+
+
+def _devices(args: argparse.Namespace) -> int:
+    from app.core import devices, memory  # noqa: PLC0415 - loads llama.cpp
+
+    found = devices.list_devices()
+    if args.json:
+        for device in found:
+            print(json.dumps(device.to_json(), ensure_ascii=False))
+        return 0
+    for device in found:
+        print(f"{device.name}  ({device.backend}, {device.kind}): {device.description}\n"
+              f"    {memory.format_bytes(device.free)} free of "
+              f"{memory.format_bytes(device.total)}")
+    problem = devices.gpu_support()
+    if problem:
+        print(f"Models run on the CPU: {problem}.")
     return 0
 
 

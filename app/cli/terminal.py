@@ -136,6 +136,7 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         system_prompt=args.system,
         flash_attention=args.flash_attention, kv_cache=args.kv_cache,
         batch_size=args.batch_size, prompt_threads=args.prompt_threads,
+        gpu_layers=args.gpu_layers,
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                   "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
                   "seed": args.seed, "max_tokens": args.max_tokens,
@@ -242,12 +243,22 @@ def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
               seconds=round(loaded.seconds, 3), base_model=loaded.base_model,
               flash_attention=options.flash_attention, kv_cache=options.kv_cache,
               batch_size=options.batch_size or DEFAULT_BATCH,
-              threads=loaded.n_threads, prompt_threads=options.prompt_threads or loaded.n_threads)
+              threads=loaded.n_threads, prompt_threads=options.prompt_threads or loaded.n_threads,
+              **_placement(loaded))
     if loaded.notice:
         out.notice(loaded.notice)
     if not out.as_json:
-        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context).")
+        where = f", {loaded.placement.where}" if loaded.placement else ""
+        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context{where}).")
     return loaded
+
+
+def _placement(model: LoadedModel | None) -> dict[str, object]:
+    """Where a local model's layers are, for the JSON events."""
+    plan = model.placement if model else None
+    if plan is None:
+        return {}
+    return {"gpu_layers": plan.gpu_layers, "n_layers": plan.n_layers, "device": plan.device}
 
 
 def _wait(future: Future[T], on_interrupt: Callable[[], object]) -> T:
@@ -364,7 +375,7 @@ class _TerminalChat:
                        restored_tokens=stats.restored_tokens, tokens=stats.tokens,
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
-                       dropped_turns=stats.dropped_turns)
+                       dropped_turns=stats.dropped_turns, **_placement(self.core.model))
         if stats.finish_reason == "cut":
             self.out.error(f"{stats.problem} The reply so far is kept; /model switches to "
                            "another model to go on.")

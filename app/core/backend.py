@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from app.core import thinking
 from app.core.options import LoadOptions, Sampling
@@ -22,6 +22,9 @@ from app.core.replies import Reply
 from app.core.seq_states import StateCache
 from app.core.templates import ChatTemplate, Segment
 from app.core.tools import ToolPlan
+
+if TYPE_CHECKING:
+    from app.core.offload import Plan
 
 T = TypeVar("T")
 
@@ -72,6 +75,7 @@ class LoadedModel:
     # blank line or the user's next turn.
     stops: tuple[str, ...] = ()
     notice: str | None = None  # what the user should know of how it loaded
+    placement: Plan | None = None  # where its layers are (None: a server's model)
 
     @property
     def thinks(self) -> bool:

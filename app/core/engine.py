@@ -34,10 +34,12 @@ import psutil
 
 from app.core import (
     catalog,
+    devices,
     gguf,
     header_cache,
     llama_runtime,
     memory,
+    offload,
     sampler_chain,
     seq_states,
     state_files,
@@ -209,6 +211,9 @@ class Engine(OneThreadBackend):
         # The current model's memory comes back when it is unloaded for this one.
         current = self._loaded
         budget = memory.available() + (self._footprints.get(current.path, 0) if current else 0)
+        # What goes to the GPU needs no RAM (its device memory is fitted at load).
+        placement = _placement(header, options, current)
+        budget += memory.estimate(header, n_ctx, options.kv_cache).total - placement.host_bytes
         reason = memory.refusal(path.name, header, n_ctx, budget, options.kv_cache)
         if reason is not None:
             entry = catalog.describe(path)
@@ -217,7 +222,7 @@ class Engine(OneThreadBackend):
             if smaller is not None:
                 reason += f" {smaller.path.name} is a smaller version of it that fits."
             raise NotEnoughMemory(reason)
-        self._footprints[path] = memory.estimate(header, n_ctx, options.kv_cache).total
+        self._footprints[path] = placement.host_bytes
 
     def _check_architecture(self, path: Path, architecture: str) -> None:
         """Refuse an architecture this llama.cpp does not know, in about a millisecond.
@@ -280,12 +285,13 @@ class Engine(OneThreadBackend):
                 on_progress(fraction)
             return not (cancel.is_set() or self._closing.is_set())
 
-        def construct(chosen: LoadOptions) -> llama_cpp.Llama:
+        def construct(chosen: LoadOptions, gpu_layers: int) -> llama_cpp.Llama:
             llama_runtime.router.recent_errors.clear()
             try:
                 with llama_runtime.load_progress(progress):
                     return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx,
-                                           **llama_arguments(chosen), verbose=False)
+                                           **llama_arguments(chosen, gpu_layers),
+                                           verbose=False)
             except (ValueError, RuntimeError, OSError) as err:
                 gc.collect()  # a half-built Llama holds its weights until collected
                 if cancel.is_set() or self._closing.is_set():
@@ -293,21 +299,47 @@ class Engine(OneThreadBackend):
                 raise ModelLoadError(f"{path.name} could not be loaded: "
                                      f"{_llama_reason()}") from err
 
-        notice = None
+        # Placed now that the previous model's device memory is free.
+        placement = _placement(header_cache.cached_header(path), options, None)
+        notices = []
+        if placement.unavailable and options.gpu_layers not in ("auto", "off"):
+            notices.append(f"GPU offload ({options.gpu_layers}) was asked for, but "
+                           f"{placement.unavailable}; {path.name} runs on the CPU.")
+
+        def on_device(chosen: LoadOptions) -> llama_cpp.Llama:
+            """Loaded with the planned layers on the GPU; if the device refuses them (out
+            of its memory, a driver error), with half as many, then on the CPU."""
+            nonlocal placement
+            tries = sorted({placement.gpu_layers, placement.gpu_layers // 2, 0}, reverse=True)
+            for layers in tries:
+                try:
+                    llm = construct(chosen, layers)
+                except ModelLoadError as err:
+                    if layers == 0:
+                        raise
+                    failed = (f"{path.name} could not be loaded with {layers} layers on the "
+                              f"GPU ({str(err).split(': ', 1)[-1]})")
+                    continue
+                if layers != placement.gpu_layers:
+                    placement = dataclasses.replace(placement, gpu_layers=layers)
+                    notices.append(f"{failed}; it runs with {placement.where}." if layers
+                                   else f"{failed}; it runs on the CPU.")
+                return llm
+            raise AssertionError("the last try is on the CPU")
+
         try:
-            llm = construct(options)
+            llm = on_device(options)
         except ModelLoadError as err:
             tuned = options.tuning()
             if tuned == LoadOptions():
                 raise
             # A switch llama.cpp refuses for this model (a quantized V cache without
             # flash attention): the model still loads, as it does by default.
-            options = dataclasses.replace(options, **dataclasses.asdict(LoadOptions(
-                n_threads=options.n_threads, template_override=options.template_override,
-                n_ctx=options.n_ctx)))
-            llm = construct(options)
-            notice = (f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
-                      f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
+            options = options.untuned()
+            llm = on_device(options)
+            notices.append(f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
+                           f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
+        notice = " ".join(notices) or None
         sampler_chain.install(llm)
         n_threads = llm.n_threads
         try:
@@ -331,7 +363,7 @@ class Engine(OneThreadBackend):
             n_ctx_train=llm._model.n_ctx_train(),
             n_threads=n_threads, template=template,
             seconds=time.perf_counter() - started, options=options,
-            base_model=base_model, notice=notice,
+            base_model=base_model, notice=notice, placement=placement,
             stops=("\n\n", *templates.next_turn_markers(template)) if base_model else ())
         if on_progress is not None:
             on_progress(1.0)
@@ -526,7 +558,20 @@ _KV_TYPES = {"f16": llama_cpp.GGML_TYPE_F16, "q8_0": llama_cpp.GGML_TYPE_Q8_0,
              "q4_0": llama_cpp.GGML_TYPE_Q4_0}
 
 
-def llama_arguments(options: LoadOptions) -> dict[str, Any]:
+def _placement(header: gguf.GGUFHeader, options: LoadOptions,
+               current: LoadedModel | None) -> offload.Plan:
+    """Where ``options`` puts the model's layers, with the GPU memory ``current`` holds
+    counted as free (it is unloaded first)."""
+    now = devices.survey()
+    found = now.devices
+    if current is not None and current.placement is not None:
+        freed = current.placement.device_bytes
+        found = [dataclasses.replace(d, free=d.free + freed) if d.offloads else d
+                 for d in found]
+    return offload.plan(header, options, found, now.unavailable)
+
+
+def llama_arguments(options: LoadOptions, gpu_layers: int = 0) -> dict[str, Any]:
     """The ``llama_cpp.Llama`` arguments for ``options`` (besides the path and context).
 
     Weights are read into the process, not memory-mapped: a mapped file that is
@@ -544,7 +589,8 @@ def llama_arguments(options: LoadOptions) -> dict[str, Any]:
             "n_threads_batch": options.prompt_threads or threads,
             # llama.cpp's CPU code runs flash attention for every model: "auto" is on.
             "flash_attn": options.flash_attention != "off",
-            "type_k": kv_type, "type_v": kv_type, "use_mmap": False}
+            "type_k": kv_type, "type_v": kv_type, "use_mmap": False,
+            "n_gpu_layers": gpu_layers}
 
 
 def describe_tuning(options: LoadOptions) -> str:

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import cpu_backends, paths, servers, settings
+from app.core import cpu_backends, devices, offload, paths, servers, settings
 from app.core.backend import (
     Backend,
     LoadCancelled,
@@ -49,6 +49,7 @@ from app.core.backend import (
     PromptBuilder,
     ReplyHandle,
 )
+from app.core.catalog import ModelEntry
 from app.core.chat import ChatService, ChatTurn, ToolHooks, Tooling
 from app.core.library import ModelLibrary
 from app.core.options import LoadOptions, Sampling
@@ -79,6 +80,7 @@ class SessionSettings:
     kv_cache: str | None = None
     batch_size: int | None = None
     prompt_threads: int | None = None
+    gpu_layers: str | None = None
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
     # Reopen the open conversation at the next start (the window's session does).
@@ -225,7 +227,18 @@ class Fireside:
         return dataclasses.replace(self.settings.load_options(path), **_given(
             n_ctx=session.n_ctx, n_threads=session.n_threads,
             flash_attention=session.flash_attention, kv_cache=session.kv_cache,
-            batch_size=session.batch_size, prompt_threads=session.prompt_threads)).checked()
+            batch_size=session.batch_size, prompt_threads=session.prompt_threads,
+            gpu_layers=session.gpu_layers)).checked()
+
+    def hardware(self) -> devices.Hardware:
+        """The devices llama.cpp sees now, with their free memory."""
+        return devices.survey()
+
+    def placement(self, entry: ModelEntry, hardware: devices.Hardware) -> offload.Plan | None:
+        """Where ``entry``'s layers would go if it loaded now (None: a server's model or
+        a file that cannot load)."""
+        return offload.for_entry(entry, self.load_options(entry.path), hardware.devices,
+                                 hardware.unavailable)
 
     def sampling(self, path: Path | str | None = None) -> Sampling:
         model = path if path is not None else self._model_path()

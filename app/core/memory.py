@@ -66,15 +66,21 @@ def swa_layers(header: GGUFHeader) -> list[bool]:
     return [i % period < period - 1 for i in range(layers)]
 
 
-def kv_cache_bytes(header: GGUFHeader, n_ctx: int, swa_full: bool = True,
-                   kv_cache: str = "f16") -> int:
+def kv_cache_layers(header: GGUFHeader, n_ctx: int, swa_full: bool = True,
+                    kv_cache: str = "f16") -> list[int]:
+    """The KV cache's bytes in each layer (each sits on its layer's device)."""
     cells = padded(n_ctx)
     per_cell = int((header.head_count_kv or 0) * ((header.key_length or 0)
                                                   + (header.value_length or 0))
                    * KV_CACHE_BYTES.get(kv_cache, CACHE_TYPE_BYTES))
     window = header.sliding_window or 0
     swa_cells = cells if swa_full else padded(min(cells, window + UBATCH))
-    return sum(per_cell * (swa_cells if swa else cells) for swa in swa_layers(header))
+    return [per_cell * (swa_cells if swa else cells) for swa in swa_layers(header)]
+
+
+def kv_cache_bytes(header: GGUFHeader, n_ctx: int, swa_full: bool = True,
+                   kv_cache: str = "f16") -> int:
+    return sum(kv_cache_layers(header, n_ctx, swa_full, kv_cache))
 
 
 def weights_bytes(header: GGUFHeader) -> int:

@@ -18,6 +18,19 @@ FLASH_ATTENTION = ("auto", "on", "off")
 # The KV cache's element type, and its bytes per element (llama.cpp's q8_0 and q4_0
 # blocks hold 32 values in 34 and 18 bytes).
 KV_CACHE_BYTES = {"f16": 2.0, "q8_0": 34 / 32, "q4_0": 18 / 32}
+# GPU offload: as many layers as fit (offload.plan), every layer, none; or a count.
+GPU_LAYERS = ("auto", "all", "off")
+
+
+def checked_gpu_layers(text: str | None) -> str | None:
+    """``text`` as a GPU offload choice (one of GPU_LAYERS or a count of layers), or
+    None if it is not one."""
+    value = (text or "").strip().lower()
+    if value in GPU_LAYERS:
+        return value
+    if value.isdigit():
+        return str(int(value))
+    return None
 
 
 def default_context(trained: int | None) -> int:
@@ -34,6 +47,8 @@ class LoadOptions:
     kv_cache: str = "f16"  # a key of KV_CACHE_BYTES
     batch_size: int | None = None  # None: DEFAULT_BATCH
     prompt_threads: int | None = None  # for reading prompts; None: as n_threads
+    gpu_layers: str = "auto"  # checked_gpu_layers
+    gpu_margin_mib: int | None = None  # GPU memory auto leaves free; None: offload.margin
 
     def checked(self) -> LoadOptions:
         """These options with an unknown choice (a hand-edited settings file) at its
@@ -44,12 +59,19 @@ class LoadOptions:
             else "auto",
             kv_cache=self.kv_cache if self.kv_cache in KV_CACHE_BYTES else "f16",
             batch_size=self.batch_size if self.batch_size and self.batch_size >= 32 else None,
-            prompt_threads=self.prompt_threads or None)
+            prompt_threads=self.prompt_threads or None,
+            gpu_layers=checked_gpu_layers(self.gpu_layers) or "auto",
+            gpu_margin_mib=self.gpu_margin_mib if (self.gpu_margin_mib or 0) >= 0 else None)
 
     def tuning(self) -> LoadOptions:
         """Only what changes how llama.cpp computes (the rest at the defaults)."""
         return LoadOptions(flash_attention=self.flash_attention, kv_cache=self.kv_cache,
                            batch_size=self.batch_size, prompt_threads=self.prompt_threads)
+
+    def untuned(self) -> LoadOptions:
+        """These options with what ``tuning`` holds at the defaults."""
+        return replace(self, flash_attention="auto", kv_cache="f16", batch_size=None,
+                       prompt_threads=None)
 
 
 @dataclass(frozen=True)

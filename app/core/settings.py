@@ -26,7 +26,7 @@ JsonObject = dict[str, Any]  # kept as it is when it is an object; read where it
 
 # What a model can have of its own (stored only when it differs from the defaults).
 MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
-                "flash_attention", "kv_cache", "batch_size", "prompt_threads",
+                "flash_attention", "kv_cache", "batch_size", "prompt_threads", "gpu_layers",
                 *(f.name for f in dataclasses.fields(Sampling)))
 
 
@@ -53,6 +53,8 @@ class Settings:
     kv_cache: str = "f16"
     batch_size: int | None = None  # None: 512
     prompt_threads: int | None = None  # for reading prompts; None: as threads
+    gpu_layers: str = "auto"  # GPU offload: "auto", "all", "off" or a count (offload.plan)
+    gpu_margin_mib: int | None = None  # GPU memory auto leaves free; None: offload.margin
     theme: str = "system"  # "system" | "light" | "dark"
     open_conversation: int | None = None
     disabled_sources: list[str] = field(default_factory=list)  # keys of sources.KEYS
@@ -93,7 +95,9 @@ class Settings:
             flash_attention=own.get("flash_attention", self.flash_attention),
             kv_cache=own.get("kv_cache", self.kv_cache),
             batch_size=own.get("batch_size", self.batch_size),
-            prompt_threads=own.get("prompt_threads", self.prompt_threads)).checked()
+            prompt_threads=own.get("prompt_threads", self.prompt_threads),
+            gpu_layers=own.get("gpu_layers", self.gpu_layers),
+            gpu_margin_mib=self.gpu_margin_mib).checked()
 
     def system_prompt_for(self, model: Path | str | None = None) -> str:
         return str(self.model_overrides(model).get("system_prompt", self.system_prompt))

@@ -121,6 +121,7 @@ class ChatPane(QObject):
         dialog.tools_changed.connect(self._on_tools_changed)
         dialog.api_page.changed.connect(self.api.apply)
         dialog.set_states_source(self.models.core.engine.states.usage)
+        dialog.hardware_page.set_survey(self.models.core.hardware)
         dialog.clear_states_requested.connect(self._on_clear_states_requested)
         dialog.api_page.show_status(self.api.status())
         dialog.servers_page.set_listings(self.models.core.library.listings)
@@ -232,6 +233,7 @@ class ChatPane(QObject):
         w.picker.set_current(model.path)
         w.status.set_context_size(model.n_ctx)
         w.status.set_message(f"{model.name} · {model.n_ctx:,}-token context")
+        w.status.set_placement(model.placement)
         w.composer_bar.set_can_send(True)
         served = servers.on_server(model.path)
         w.set_empty_text(model.name, served[0] if served else None)
@@ -245,6 +247,7 @@ class ChatPane(QObject):
         if model is None:
             w.status.set_context_size(0)
             w.status.set_message("No model loaded")
+            w.status.set_placement(None)
             w.composer_bar.set_can_send(False, "Choose a model first")
         else:
             w.composer_bar.set_can_send(True)
@@ -313,10 +316,13 @@ class ChatPane(QObject):
     # Helpers -------------------------------------------------------------------------
 
     def _show_models(self, entries: Sequence[ModelEntry]) -> None:
-        """List the models, each sized at the context its settings would load it with."""
-        prefs = self.models.core.settings
-        self.window.picker.set_entries(entries, {e.path: prefs.load_options(e.path)
-                                                 for e in entries})
+        """List the models, each sized at the context its settings would load it with,
+        and placed on the devices as it would load now."""
+        core = self.models.core
+        hardware = core.hardware()
+        self.window.picker.set_entries(entries, {e.path: core.load_options(e.path)
+                                                 for e in entries},
+                                       {e.path: core.placement(e, hardware) for e in entries})
 
     def _leave_edit(self) -> None:
         """Another conversation is shown: an edit begun in the last one becomes a draft."""

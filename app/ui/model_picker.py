@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from PySide6.QtWidgets import QStyleOptionViewItem
 
     from app.core.catalog import ModelEntry
+    from app.core.offload import Plan
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -33,9 +34,11 @@ DETAILS_ROLE = Qt.ItemDataRole.UserRole + 2
 SOURCE_ROLE = Qt.ItemDataRole.UserRole + 3  # where the model came from: "LM Studio"...
 
 
-def details(entry: ModelEntry, options: LoadOptions | None = None) -> str:
+def details(entry: ModelEntry, options: LoadOptions | None = None,
+            placement: Plan | None = None) -> str:
     """Size label, quantization, file size and the memory it will take once loaded at
-    ``n_ctx`` (None: its default context) — or why the model cannot be used."""
+    ``n_ctx`` (None: its default context), on the GPU and in RAM where ``placement``
+    puts layers on a GPU — or why the model cannot be used."""
     if entry.error:
         return f"Cannot be used: {entry.error}"
     if entry.architecture == "remote":
@@ -49,7 +52,9 @@ def details(entry: ModelEntry, options: LoadOptions | None = None) -> str:
         parts.append(memory.format_bytes(entry.size_bytes))
     options = options or LoadOptions()
     needed = memory.entry_estimate(entry, options.n_ctx, options.kv_cache)
-    if needed is not None:
+    if placement is not None and placement.gpu_layers > 0:
+        parts.append(placement.summary())
+    elif needed is not None:
         parts.append(f"≈ {memory.format_bytes(needed.total)} in memory")
     return " · ".join(parts)
 
@@ -109,13 +114,15 @@ class ModelListModel(QAbstractListModel):
         return list(self._entries)
 
     def set_entries(self, entries: Sequence[ModelEntry],
-                    contexts: Mapping[Path, LoadOptions] | None = None) -> None:
+                    contexts: Mapping[Path, LoadOptions] | None = None,
+                    placements: Mapping[Path, Plan | None] | None = None) -> None:
         """Show these models; ``contexts`` holds how each would load (its context and KV
-        cache size its memory)."""
+        cache size its memory), ``placements`` where its layers would go."""
         self.beginResetModel()
         self._entries = list(entries)
         # Worked out once here, not at every paint: the estimate reads the file's header.
-        self._details = [details(e, (contexts or {}).get(e.path)) for e in self._entries]
+        self._details = [details(e, (contexts or {}).get(e.path),
+                                 (placements or {}).get(e.path)) for e in self._entries]
         self.endResetModel()
 
     def row_of(self, path: Path) -> int:
@@ -191,9 +198,10 @@ class ModelPicker(QComboBox):
         painter.end()
 
     def set_entries(self, entries: Sequence[ModelEntry],
-                    contexts: Mapping[Path, LoadOptions] | None = None) -> None:
+                    contexts: Mapping[Path, LoadOptions] | None = None,
+                    placements: Mapping[Path, Plan | None] | None = None) -> None:
         model = self.list_model
-        model.set_entries(entries, contexts)
+        model.set_entries(entries, contexts, placements)
         metrics = self.fontMetrics()
         widest = max((max(metrics.horizontalAdvance(e.name) + metrics.horizontalAdvance(
             source_of(e)) + 24, metrics.horizontalAdvance(model.index(row).data(DETAILS_ROLE)))

@@ -42,6 +42,7 @@ from app.core.settings import MODEL_FIELDS
 from app.core.templates import BUILTIN_TEMPLATES
 from app.ui.api_page import ApiPage
 from app.ui.form_parts import note
+from app.ui.hardware_page import HardwarePage, gpu_layers_box, gpu_layers_value
 from app.ui.servers_page import ServersPage
 from app.ui.theme import THEMES
 from app.ui.tools_page import ToolsPage
@@ -234,6 +235,10 @@ class SettingsDialog(QDialog):
         tabs.addTab(self.tools_page, "Tools")
         self.api_page = ApiPage(prefs, save, _new_token, self)
         tabs.addTab(self.api_page, "Local server")
+        self.hardware_page = HardwarePage(prefs, save, self)
+        self.hardware_page.placement_changed.connect(self.context_size_changed)
+        self.hardware_page.placement_changed.connect(self._fill_model_fields)
+        tabs.addTab(self.hardware_page, "Hardware")
         buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
         buttons.rejected.connect(self.reject)
         about = buttons.addButton("About Fireside", QDialogButtonBox.ButtonRole.HelpRole)
@@ -388,8 +393,13 @@ class SettingsDialog(QDialog):
         prompt.setPlaceholderText("Instructions this model sees before every chat")
         prompt.setTabChangesFocus(True)
         prompt.setMaximumHeight(70)
+        gpu = gpu_layers_box(page, "model_gpu_layersBox", "GPU offload for this model")
+        line = gpu.lineEdit()
+        if line is not None:
+            line.editingFinished.connect(lambda: self._on_model_value_changed("gpu_layers"))
         for name, box, label in ((("context_size", context, "Context size"),
                                   ("threads", threads, "Threads"),
+                                  ("gpu_layers", gpu, "GPU offload"),
                                   ("template_override", template, "Chat template"),
                                   ("system_prompt", prompt, "System prompt"))):
             _name(box, f"model_{name}Box", f"{label} for this model")
@@ -535,6 +545,7 @@ class SettingsDialog(QDialog):
             "prompt_threads": options.prompt_threads or 0,
             "batch_size": options.batch_size or 0,
             "flash_attention": options.flash_attention, "kv_cache": options.kv_cache,
+            "gpu_layers": options.gpu_layers,
             "template_override": options.template_override,
             "system_prompt": self.prefs.system_prompt_for(path),
             **{name: getattr(sampling, name) for name in MODEL_FIELDS
@@ -544,7 +555,9 @@ class SettingsDialog(QDialog):
         try:
             for name, box in self.model_boxes.items():
                 value = values[name]
-                if isinstance(box, QComboBox):
+                if isinstance(box, QComboBox) and box.isEditable():
+                    box.setCurrentText(str(value))
+                elif isinstance(box, QComboBox):
                     index = box.findData(value)
                     if index < 0 and isinstance(value, str):
                         box.addItem("Custom template", value)
@@ -573,6 +586,7 @@ class SettingsDialog(QDialog):
         if getattr(self.prefs, field) != value:
             setattr(self.prefs, field, value)
             self._save()
+            self._fill_model_fields()  # a default the loaded model uses shows there too
 
     def _on_add_clicked(self) -> None:
         # Non-modal: a nested event loop would stall the window's async work.
@@ -607,7 +621,13 @@ class SettingsDialog(QDialog):
             return
         box = self.model_boxes[name]
         value: object
-        if isinstance(box, QComboBox):
+        if isinstance(box, QComboBox) and box.isEditable():  # GPU offload, typed or chosen
+            value = gpu_layers_value(box)
+            if value is None:
+                self._fill_model_fields()  # nothing usable typed: show what is kept
+                return
+            box.setCurrentText(str(value))
+        elif isinstance(box, QComboBox):
             value = box.currentData()
         elif isinstance(box, QPlainTextEdit):
             value = box.toPlainText()
@@ -619,7 +639,7 @@ class SettingsDialog(QDialog):
         self.prefs.set_model_value(path, name, value)
         self._save()
         self._update_model_title(self._model_name)
-        if name in ("context_size", "kv_cache"):
+        if name in ("context_size", "kv_cache", "gpu_layers"):
             self.context_size_changed.emit()
 
     def _on_model_prompt_edited(self) -> None:

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 if TYPE_CHECKING:
+    from app.core.offload import Plan
     from app.core.replies import ReplyStats
 
 
@@ -27,6 +28,9 @@ class StatusLine(QWidget):
         self.serving.setObjectName("servingLabel")
         self.serving.setAccessibleName("Local server")
         self.serving.setVisible(False)
+        self.placement = QLabel(self)  # where the loaded model's layers are: "GPU 40/63"
+        self.placement.setObjectName("placementLabel")
+        self.placement.setAccessibleName("Where the model runs")
         self.speed = QLabel(self)
         self.speed.setObjectName("speedLabel")
         self.speed.setAccessibleName("Speed of the last reply")
@@ -35,6 +39,7 @@ class StatusLine(QWidget):
         layout.setSpacing(8)
         layout.addWidget(self.text, 1)
         layout.addWidget(self.serving)
+        layout.addWidget(self.placement)
         layout.addWidget(self.context_meter)
         layout.addWidget(self.context_label)
         layout.addWidget(self.speed)
@@ -53,6 +58,12 @@ class StatusLine(QWidget):
         """What the local server is doing; empty: it is off."""
         self.serving.setText(text)
         self.serving.setVisible(bool(text))
+
+    def set_placement(self, plan: Plan | None) -> None:
+        """Where the loaded model's layers are; None: no local model."""
+        self.placement.setText(plan.where if plan else "")
+        self.placement.setToolTip(plan.summary() if plan else "")
+        self.placement.setVisible(plan is not None)
 
     def set_context_size(self, n_ctx: int) -> None:
         """The loaded model's context, in tokens (0: no model)."""

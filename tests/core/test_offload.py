@@ -1,0 +1,289 @@
+"""GPU offload: the layers fitted to a device's memory before loading, on the real model
+files with device lists given as data; the sizes checked against what llama.cpp itself
+allocates; and the CPU path this machine runs: offload shown as unavailable, with why."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+
+import llama_cpp
+import pytest
+
+import app.core.engine as engine_module
+from app.core import devices, offload, settings
+from app.core.backend import ModelLoadError
+from app.core.devices import Device
+from app.core.engine import Engine, llama_arguments
+from app.core.fireside import Fireside
+from app.core.gguf import read_header
+from app.core.options import LoadOptions, checked_gpu_layers
+from tests.cli.test_commands import events, fireside
+
+GIB = 1 << 30
+MIB = 1 << 20
+
+
+def gpu(free: float, total: float = 24, kind: str = "gpu", name: str = "CUDA0") -> Device:
+    return Device(name, f"Test card {name}", name.rstrip("0123456789"), kind,
+                  int(free * GIB), int(total * GIB))
+
+
+CPU = Device("CPU", "The CPU", "CPU", "cpu", 16 * GIB, 16 * GIB)
+
+
+@pytest.fixture(params=["smollm2", "gemma"])
+def model(request: pytest.FixtureRequest, smollm2_path: Path, gemma_path: Path) -> Path:
+    return smollm2_path if request.param == "smollm2" else gemma_path
+
+
+def test_a_model_that_fits_goes_to_the_gpu_whole_output_layer_included(model: Path) -> None:
+    header = read_header(model)
+    plan = offload.plan(header, LoadOptions(), [CPU, gpu(free=20)])
+    assert plan.gpu_layers == plan.n_layers == (header.block_count or 0) + 1
+    assert plan.where == f"GPU {plan.n_layers}/{plan.n_layers}"
+    assert plan.summary().startswith(f"all {plan.n_layers} layers on GPU · ")
+    assert "GB GPU + " in plan.summary() or "MB GPU + " in plan.summary()
+    # The weights leave RAM, except the input layer's (token embedding), which stays.
+    tensors = {t.name: t.nbytes or 0 for t in header.tensors}
+    assert plan.host_bytes >= tensors["token_embd.weight"]
+    assert plan.host_bytes < sum(tensors.values())
+    assert plan.device == "Test card CUDA0"
+
+
+def test_auto_fits_as_many_layers_as_the_free_memory_allows_less_the_margin(
+        model: Path) -> None:
+    header = read_header(model)
+    parts = offload.layers(header, LoadOptions())
+    first, whole = parts.on_device(1), parts.on_device(parts.count)
+    margin = 512 * MIB  # the floor, on a small card
+    for share in (0.3, 0.6, 0.9):
+        free = margin + first + int((whole - first) * share)
+        plan = offload.plan(header, LoadOptions(), [CPU, gpu(free / GIB, total=2)])
+        assert 0 < plan.gpu_layers < plan.n_layers
+        # As many as fit: one more would not.
+        assert plan.device_bytes <= free - margin < parts.on_device(plan.gpu_layers + 1)
+        assert plan.where == f"GPU {plan.gpu_layers}/{plan.n_layers}"
+    nothing = offload.plan(header, LoadOptions(), [CPU, gpu(free=0.5, total=2)])
+    assert (nothing.gpu_layers, nothing.where) == (0, "CPU")
+    assert nothing.summary() == "CPU only: the GPU has too little free memory for any layer"
+
+
+def test_the_margin_is_the_larger_of_512_mib_and_8_percent_or_the_users(model: Path) -> None:
+    assert offload.margin(gpu(free=1, total=2)) == 512 * MIB
+    assert offload.margin(gpu(free=70, total=80)) == int(80 * GIB * 0.08)
+    assert offload.margin(gpu(free=70, total=80), margin_mib=100) == 100 * MIB
+    header = read_header(model)
+    parts = offload.layers(header, LoadOptions())
+    # A margin that leaves room for about half the layers gives a partial offload.
+    half = parts.on_device(parts.count // 2)
+    card = gpu(free=(half + 64 * MIB) / GIB, total=8)
+    default = offload.plan(header, LoadOptions(), [card])
+    assert default.gpu_layers < parts.count // 2  # 8 % of 8 GiB is more than 64 MiB
+    chosen = offload.plan(header, LoadOptions(gpu_margin_mib=64), [card])
+    assert chosen.gpu_layers == parts.count // 2
+
+
+def test_all_off_and_a_count_are_taken_as_given(model: Path) -> None:
+    header = read_header(model)
+    small = [CPU, gpu(free=0.1, total=1)]
+    assert offload.plan(header, LoadOptions(gpu_layers="all"), small).gpu_layers == \
+        (header.block_count or 0) + 1
+    off = offload.plan(header, LoadOptions(gpu_layers="off"), [CPU, gpu(free=20)])
+    assert (off.gpu_layers, off.device_bytes, off.summary()) == (0, 0, "CPU only")
+    assert offload.plan(header, LoadOptions(gpu_layers="5"), small).gpu_layers == 5
+    assert offload.plan(header, LoadOptions(gpu_layers="999"), small).gpu_layers == \
+        (header.block_count or 0) + 1
+    assert [checked_gpu_layers(v) for v in ("Auto", " all", "off", "07", "-3", "lots", "")] \
+        == ["auto", "all", "off", "7", None, None, None]
+
+
+def test_layers_go_to_the_discrete_gpu_and_to_an_integrated_one_only_without_it(
+        smollm2_path: Path) -> None:
+    header = read_header(smollm2_path)
+    integrated = gpu(free=8, total=8, kind="igpu", name="Vulkan1")
+    discrete = gpu(free=0.4, total=4, name="Vulkan0")  # too little for any layer
+    # llama.cpp spreads layers over discrete GPUs: the big integrated one is not used.
+    assert devices.offload_targets([CPU, integrated, discrete]) == [discrete]
+    assert offload.plan(header, LoadOptions(), [CPU, integrated, discrete]).gpu_layers == 0
+    alone = offload.plan(header, LoadOptions(), [CPU, integrated])
+    assert alone.gpu_layers == alone.n_layers and alone.device == "Test card Vulkan1"
+    # Two cards: their free memory together.
+    pair = [gpu(free=0.65, total=2, name="CUDA0"), gpu(free=0.65, total=2, name="CUDA1")]
+    one = offload.plan(header, LoadOptions(), pair[:1]).gpu_layers
+    assert offload.plan(header, LoadOptions(), pair).gpu_layers > one
+
+
+def test_a_smaller_kv_cache_and_context_leave_more_room(gemma_path: Path) -> None:
+    header = read_header(gemma_path)
+    f16 = offload.layers(header, LoadOptions(n_ctx=32768))
+    q8 = offload.layers(header, LoadOptions(n_ctx=32768, kv_cache="q8_0"))
+    short = offload.layers(header, LoadOptions(n_ctx=2048))
+    assert sum(q8.kv) < 0.6 * sum(f16.kv) and sum(short.kv) < sum(f16.kv) / 8
+    assert q8.weights == f16.weights
+
+
+def test_the_sizes_are_those_llama_cpp_allocates(model: Path,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    """Weights, KV cache and compute buffer, as llama.cpp reports them loading on the
+    CPU (a device's compute graph is the same), within 10 %."""
+    header = read_header(model)
+    for options in (LoadOptions(n_ctx=2048), LoadOptions(n_ctx=8192, flash_attention="off"),
+                    LoadOptions(n_ctx=4096, kv_cache="q8_0", batch_size=256)):
+        parts = offload.layers(header, options)
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="fireside.llama"):
+            llm = llama_cpp.Llama(model_path=str(model), n_ctx=options.n_ctx or 0,
+                                  **llama_arguments(options.checked()), verbose=False)
+            llm.close()
+        reported: dict[str, float] = {}
+        for line in caplog.messages:
+            found = re.search(r"(\w+) (model|KV|compute) buffer size =\s*([\d.]+) MiB", line)
+            if found:
+                kind = found.group(2)
+                reported[kind] = reported.get(kind, 0) + float(found.group(3)) * MIB
+        weights = sum(parts.weights) + parts.output * (not parts.tied)
+        token_embd = next(t.nbytes or 0 for t in header.tensors
+                          if t.name == "token_embd.weight")
+        assert reported["model"] == pytest.approx(weights + token_embd, rel=0.1)
+        assert reported["KV"] == pytest.approx(sum(parts.kv), rel=0.1)
+        assert reported["compute"] == pytest.approx(parts.compute, rel=0.1)
+
+
+@pytest.mark.skipif(llama_cpp.llama_supports_gpu_offload(), reason="a GPU build: tests/gpu")
+def test_this_build_runs_on_the_cpu_and_says_why_offload_is_unavailable(
+        smollm2_path: Path) -> None:
+    found = devices.list_devices()
+    assert [d.kind for d in found if d.backend == "CPU"] == ["cpu"]
+    assert found[0].total > 0 and 0 < found[0].free <= found[0].total
+    reason = devices.gpu_support(found)
+    assert reason is not None and "CPU only" in reason
+    plan = offload.plan(read_header(smollm2_path), LoadOptions(gpu_layers="all"), found,
+                        reason)
+    assert plan.gpu_layers == 0 and plan.summary() == f"CPU only: {reason}"
+
+
+REAL_LLAMA = llama_cpp.Llama
+
+
+class RefusingDevice:
+    """llama.cpp's Llama, on a GPU that refuses more than ``fits`` layers as a card out
+    of memory does, and every load of ``broken`` (this machine has no GPU, so the
+    refusal is the one thing not real: the model below it loads and answers on the
+    CPU)."""
+
+    def __init__(self, fits: int, broken: Path | None = None) -> None:
+        self.fits, self.broken = fits, broken
+        self.asked: list[tuple[str, int]] = []
+
+    def __call__(self, model_path: str, n_gpu_layers: int = 0, **kwargs: object) -> object:
+        self.asked.append((Path(model_path).name, n_gpu_layers))
+        if n_gpu_layers > self.fits or Path(model_path) == self.broken:
+            raise ValueError("Failed to load model from file")
+        return REAL_LLAMA(model_path=model_path, n_gpu_layers=n_gpu_layers, **kwargs)  # type: ignore[arg-type]
+
+    def __getattr__(self, name: str) -> object:  # the class's own, as llama_cpp.Llama
+        return getattr(REAL_LLAMA, name)
+
+
+@pytest.fixture
+def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A 24 GB card beside the CPU, as ggml would list it."""
+    monkeypatch.setattr(devices, "list_devices", lambda: [CPU, gpu(free=20)])
+    monkeypatch.setattr(devices, "gpu_support", lambda found=None: None)
+
+
+def load_with(monkeypatch: pytest.MonkeyPatch, fits: int, broken: Path | None = None,
+              first: Path | None = None) -> tuple[RefusingDevice, Fireside]:
+    refusing = RefusingDevice(fits, broken)
+    prefs = settings.load().settings
+    prefs.temperature, prefs.max_tokens = 0.0, 4
+    core = Fireside.open(prefs=prefs, engine=Engine())
+    if first is not None:
+        core.load(first).result()
+    monkeypatch.setattr(engine_module.llama_cpp, "Llama", refusing)
+    return refusing, core
+
+
+@pytest.mark.usefixtures("one_gpu")
+def test_a_load_the_device_refuses_is_retried_with_fewer_layers_then_on_the_cpu(
+        monkeypatch: pytest.MonkeyPatch, smollm2_path: Path) -> None:
+    refusing, core = load_with(monkeypatch, fits=20)
+    try:
+        loaded = core.load(smollm2_path).result()
+        assert [n for _, n in refusing.asked] == [31, 15]  # all fitted, refused; half
+        assert loaded.placement is not None and loaded.placement.where == "GPU 15/31"
+        assert loaded.notice is not None
+        assert "could not be loaded with 31 layers on the GPU" in loaded.notice
+        assert "it runs with GPU 15/31" in loaded.notice
+        refusing.fits, refusing.asked = 0, []
+        again = core.load(smollm2_path).result()
+        assert [n for _, n in refusing.asked] == [31, 15, 0]
+        assert again.placement is not None and again.placement.where == "CPU"
+        assert again.notice is not None and again.notice.endswith("it runs on the CPU.")
+        assert core.send("Hello").result().future.result().reply.stats.tokens > 0
+    finally:
+        core.close()
+
+
+@pytest.mark.usefixtures("one_gpu")
+def test_when_every_try_fails_the_previous_model_keeps_answering(
+        monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, gemma_path: Path) -> None:
+    refusing, core = load_with(monkeypatch, fits=99, broken=gemma_path, first=smollm2_path)
+    try:
+        with pytest.raises(ModelLoadError) as failed:
+            core.load(gemma_path).result()
+        gemma, smollm2 = gemma_path.name, smollm2_path.name
+        assert refusing.asked == [(gemma, 19), (gemma, 9), (gemma, 0), (smollm2, 31)]
+        assert "SmolLM2-135M-Instruct is loaded again" in str(failed.value)
+        assert core.model is not None and core.model.path == smollm2_path
+        assert core.send("Hello").result().future.result().reply.stats.tokens > 0
+    finally:
+        core.close()
+
+
+def test_asking_for_gpu_layers_on_a_cpu_build_loads_on_the_cpu_and_says_why(
+        smollm2_path: Path) -> None:
+    if llama_cpp.llama_supports_gpu_offload():
+        pytest.skip("a GPU build: tests/gpu")
+    result = fireside("chat", "--json", "--temperature", "0", "--max-tokens", "4",
+                      "--gpu-layers", "all", "Hi")
+    assert result.returncode == 0, result.stderr
+    stream = events(result.stdout)
+    loaded, = [e for e in stream if e["event"] == "model_loaded"]
+    assert (loaded["gpu_layers"], loaded["n_layers"], loaded["device"]) == (0, 31, None)
+    notice, = [e for e in stream if e["event"] == "notice"]
+    assert "GPU offload (all) was asked for" in notice["message"]
+    assert "built for the CPU only" in notice["message"]
+    reply, = [e for e in stream if e["event"] == "reply"]
+    assert reply["tokens"] > 0 and (reply["gpu_layers"], reply["n_layers"]) == (0, 31)
+
+
+def test_the_terminal_lists_the_devices_and_each_models_layers(smollm2_path: Path) -> None:
+    listed = fireside("devices", "--json")
+    assert listed.returncode == 0, listed.stderr
+    found = [json.loads(line) for line in listed.stdout.splitlines()]
+    cpu, = [d for d in found if d["kind"] == "cpu"]
+    assert cpu["total_bytes"] >= cpu["free_bytes"] > 0 and cpu["description"]
+    text = fireside("devices")
+    assert text.returncode == 0 and f"{cpu['name']}  (CPU, cpu)" in text.stdout
+    models = [json.loads(line) for line in fireside("models", "--json").stdout.splitlines()]
+    smol, = [m for m in models if m["path"] == str(smollm2_path)]
+    assert smol["n_layers"] == 31 and 0 <= smol["gpu_layers"] <= 31
+    wrong = fireside("chat", "--gpu-layers", "most", "Hi")
+    assert wrong.returncode == 2 and "--gpu-layers must be auto, all, off" in wrong.stderr
+
+
+def test_on_memory_shared_with_the_gpu_the_whole_model_counts_as_ram(
+        smollm2_path: Path) -> None:
+    header = read_header(smollm2_path)
+    metal = Device("MTL0", "Apple M2", "Metal", "gpu", 10 * GIB, 11 * GIB)
+    shared = offload.plan(header, LoadOptions(), [CPU, metal])
+    card = offload.plan(header, LoadOptions(), [CPU, gpu(free=10)])
+    assert shared.gpu_layers == card.gpu_layers == 31
+    assert shared.unified and not card.unified
+    assert shared.host_bytes > card.host_bytes + card.device_bytes // 2
+    assert shared.summary().startswith("all 31 layers on GPU · ")
+    assert shared.summary().endswith(" in shared memory")

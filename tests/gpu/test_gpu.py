@@ -1,0 +1,128 @@
+"""On a real GPU (``make test-gpu``): both bundled models offloaded, fitted, switched and
+stopped there. Skipped wherever llama.cpp has no GPU to use."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from app.core import devices, offload, templates
+from app.core.backend import PromptPlan
+from app.core.engine import Engine
+from app.core.gguf import read_header
+from app.core.options import LoadOptions, Sampling
+from tests.core.helpers import ask, fresh_process_reply, user
+
+HARDWARE = devices.survey()
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
+    HARDWARE.unavailable is not None, reason=f"no GPU: {HARDWARE.unavailable}")]
+
+MIB = 1 << 20
+FIRST_32 = Sampling(temperature=0.0, max_tokens=32, seed=1)
+STORY = "Write a long story about a lighthouse keeper and the sea."
+
+
+def device_free() -> int:
+    return sum(d.free for d in devices.offload_targets(devices.list_devices()))
+
+
+@pytest.fixture
+def engine() -> Iterator[Engine]:
+    engine = Engine()
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(params=["smollm2", "gemma"])
+def model(request: pytest.FixtureRequest, smollm2_path: Path, gemma_path: Path) -> Path:
+    return smollm2_path if request.param == "smollm2" else gemma_path
+
+
+def test_fully_offloaded_models_write_what_the_cpu_writes(model: Path) -> None:
+    texts = {}
+    for where in ("all", "off"):
+        engine = Engine()
+        try:
+            loaded = engine.load(model, LoadOptions(gpu_layers=where)).result()
+            assert loaded.placement is not None
+            expected = loaded.placement.n_layers if where == "all" else 0
+            assert loaded.placement.gpu_layers == expected
+            texts[where] = ask(engine, user(STORY), FIRST_32).text
+        finally:
+            engine.close()
+    assert texts["all"] and texts["all"] == texts["off"]
+
+
+def test_the_fit_predicts_the_device_memory_a_load_takes(model: Path, engine: Engine) -> None:
+    before = device_free()
+    loaded = engine.load(model, LoadOptions(gpu_layers="all")).result()
+    ask(engine, user("Hello"), FIRST_32)  # the compute buffers are in use
+    used = before - device_free()
+    assert loaded.placement is not None
+    predicted = loaded.placement.device_bytes
+    print(f"{model.name}: predicted {predicted / MIB:.0f} MiB, used {used / MIB:.0f} MiB")
+    assert predicted == pytest.approx(used, rel=0.10)
+
+
+def test_a_margin_leaving_room_for_half_the_layers_loads_a_partial_offload(
+        model: Path, engine: Engine) -> None:
+    options = LoadOptions()
+    parts = offload.layers(read_header(model), options)
+    half = parts.on_device(parts.count // 2)
+    margin_mib = (device_free() - half) // MIB - 1
+    loaded = engine.load(model, LoadOptions(gpu_margin_mib=margin_mib)).result()
+    assert loaded.placement is not None
+    assert 0 < loaded.placement.gpu_layers < loaded.placement.n_layers
+    assert abs(loaded.placement.gpu_layers - parts.count // 2) <= 1
+    assert ask(engine, user("What is the capital of France?"), FIRST_32).text.strip()
+
+
+def test_30_switches_give_the_device_memory_back(engine: Engine, smollm2_path: Path,
+                                                 gemma_path: Path) -> None:
+    after_first = None
+    for i in range(30):
+        path = gemma_path if i % 2 == 0 else smollm2_path
+        engine.load(path, LoadOptions(gpu_layers="all")).result()
+        assert ask(engine, user("Hello"), FIRST_32).text.strip(), f"switch {i}"
+        if i == 0:
+            after_first = device_free()
+        if i == 28:  # Gemma again, as after the first
+            assert after_first is not None
+            drift = after_first - device_free()
+            print(f"device memory after 29 switches: {drift / MIB:+.1f} MiB")
+            assert abs(drift) <= 64 * MIB
+
+
+def test_stop_during_prompt_reading_on_the_gpu(engine: Engine, gemma_path: Path) -> None:
+    engine.load(gemma_path, LoadOptions(gpu_layers="all")).result()
+    long_prompt = " ".join(f"word{i}" for i in range(1800))  # about 7,500 tokens
+    handle = engine.generate(lambda s: PromptPlan(s.encode(templates.render(
+        s.template, user(long_prompt)))), Sampling(temperature=0.0, max_tokens=8))
+    deadline = time.monotonic() + 30
+    while engine._active is not handle and not handle.future.done():
+        assert time.monotonic() < deadline, "the reply never started"
+        time.sleep(0.0005)
+    asked = time.monotonic()
+    handle.stop()
+    reply = handle.future.result(timeout=10)
+    took = time.monotonic() - asked
+    # A figure for the log (make test-gpu runs with -s), not a timed assert.
+    print(f"stop during prompt reading on the GPU: {took * 1000:.0f} ms")
+    assert reply.stats.stopped and reply.stats.tokens == 0
+
+
+def test_100_chats_on_one_gemma_sequence_on_the_gpu(engine: Engine, gemma_path: Path) -> None:
+    engine.load(gemma_path).result()  # auto: all of it fits
+    probe = "What is the secret word? Answer with the word only."
+    fresh = fresh_process_reply(gemma_path, probe)
+    for i in range(100):
+        engine.clear().result()
+        ask(engine, user(f"The secret word is zebra{i:03d}quartz. Remember it."),
+            Sampling(temperature=0.0, max_tokens=4, seed=1))
+        engine.clear().result()
+        reply = ask(engine, user(probe))
+        assert reply.text == fresh, f"chat {i} differs from a fresh process"
+        assert reply.stats.cached_tokens == 0
