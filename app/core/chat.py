@@ -40,7 +40,6 @@ from app.core.store import (
     StoreError,
     default_title,
 )
-from app.core.templates import Segment
 from app.core.toolbox import Toolbox
 from app.core.unsaved import UnsavedMessages
 
@@ -136,16 +135,16 @@ def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str
                     for entry in _for_template(m)]
         system = [{"role": "system", "content": system_prompt}] if system_prompt else []
         calls = None
+        generic = tools.generic_messages(messages, None)
         if session.calls_tools and (use is not None or any(m.calls for m in history)):
             segments, _, calls = tools.render(session.template, [*system, *messages], use,
                                               variables, check=lambda typed: _typed_only(
                                                   session, typed))
         else:
-            segments = templates.render(session.template, tools.generic_messages(
-                messages, None), system_prompt=system_prompt or None, extra=variables)
+            segments = templates.render(session.template, generic,
+                                        system_prompt=system_prompt or None, extra=variables)
         # A server applies its own template to plain messages: earlier thoughts stay here.
-        plain = ({"role": m["role"], "content": m["content"]}
-                 for m in tools.generic_messages(messages, None))
+        plain = ({"role": m["role"], "content": m["content"]} for m in generic)
         return PromptPlan(session.encode(segments), dropped, (*system, *plain), tools=calls)
 
     dropped = min(min_dropped, len(turns) - 1)
@@ -171,10 +170,8 @@ def _typed_only(session: Session, strings: list[str]) -> None:
     """A tool server's names, descriptions and results are printed by a native template
     as its own text: one holding the model's control tokens goes the generic way,
     where it stays typed text."""
-    for text in strings:
-        if text and session.encode([Segment(text, False)]) != session.encode(
-                [Segment(text, True)]):
-            raise templates.TemplateError("a tool's text holds control tokens")
+    if tools.holding_control_tokens(session.encode, strings) is not None:
+        raise templates.TemplateError("a tool's text holds control tokens")
 
 
 def _for_template(message: Message) -> list[dict[str, Any]]:

@@ -27,7 +27,6 @@ from app.core.backend import (
 )
 from app.core.options import Sampling
 from app.core.replies import ReplyStats, ToolCall
-from app.core.templates import Segment
 
 MAX_STOP_STRINGS = 4  # as OpenAI allows
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
@@ -150,11 +149,10 @@ def read_request(body: Any) -> CompletionRequest:
 def _refuse_control_tokens(session: Session, strings: list[str]) -> None:
     """A native template prints tools and calls as its own text: a control token in
     them would be read as the model's own, so it is refused, never passed on."""
-    for text in strings:
-        if text and session.encode([Segment(text, False)]) != session.encode(
-                [Segment(text, True)]):
-            raise ApiError(400, f"A tool or a call holds the model's control tokens "
-                           f"({text[:40]!r}); they cannot be passed to it.", param="tools")
+    text = tools.holding_control_tokens(session.encode, strings)
+    if text is not None:
+        raise ApiError(400, f"A tool or a call holds the model's control tokens "
+                       f"({text[:40]!r}); they cannot be passed to it.", param="tools")
 
 
 def _tool_use(body: Mapping[str, Any]) -> tools.ToolUse | None:

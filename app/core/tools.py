@@ -463,3 +463,13 @@ def _is_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def holding_control_tokens(encode: Callable[[list[templates.Segment]], list[int]],
+                           strings: Sequence[str]) -> str | None:
+    """The first of ``strings`` that holds the model's control tokens (it encodes
+    otherwise as typed text than as the template's own), or None. A native template
+    prints tools, calls and results as its own text, where such a token would be read
+    as the model's."""
+    return next((text for text in strings if text and encode(
+        [templates.Segment(text, False)]) != encode([templates.Segment(text, True)])), None)
