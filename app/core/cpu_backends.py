@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from app.core import native_check, paths
+from app.core import ggml_libs, native_check, paths
 
 logger = logging.getLogger(__name__)
 
@@ -157,29 +157,17 @@ def install(lib_dir: Path, model: Path | None) -> None:
     build in a bundle needs this. The CPU backend is the one :func:`choose` keeps. The
     library loaded is the one libllama links to, so llama.cpp sees the same registry.
     """
-    names = {"win32": ("ggml.dll",), "darwin": ("libggml.0.dylib", "libggml.dylib")}
-    for name in names.get(sys.platform, ("libggml.so.0", "libggml.so")):
-        if (lib_dir / name).is_file():
-            ggml = ctypes.CDLL(str(lib_dir / name))
-            break
-    else:
+    ggml = ggml_libs.libggml(lib_dir)
+    if ggml is None:
         return  # a build with the CPU backend linked in needs nothing
-    if not hasattr(ggml, "ggml_backend_load_all_from_path"):
-        return
     # ggml would announce the backend it picked on stderr before the app has routed
     # llama.cpp's log to its own: keep it quiet meanwhile.
-    callback_type = ctypes.CFUNCTYPE(None, ctypes.c_int, ctypes.c_char_p, ctypes.c_void_p)
-    quiet = callback_type(lambda _level, _text, _data: None)
-    ggml.ggml_log_set.argtypes = [callback_type, ctypes.c_void_p]
-    ggml.ggml_log_set(quiet, None)
-    try:
+    with ggml_libs.captured_log(ggml, lib_dir):
         if not _register(ggml, lib_dir, model):
             load_all = ggml.ggml_backend_load_all_from_path
             load_all.argtypes = [ctypes.c_char_p]
             load_all.restype = None
             load_all(str(lib_dir).encode(sys.getfilesystemencoding()))
-    finally:
-        ggml.ggml_log_set(callback_type(), None)  # back to ggml's default logger
 
 
 def _register(ggml: ctypes.CDLL, lib_dir: Path, model: Path | None) -> bool:

@@ -41,8 +41,11 @@ printf 'Source: fireside\n\nPackage: fireside\nArchitecture: any\n' >"$STAGE/deb
 # Folders with bundled libraries: what is found there is private, not a dependency.
 LIBDIRS=$(find "$PKG/opt/fireside" -name '*.so*' -type f -exec dirname {} \; | sort -u \
     | sed 's/^/-l/' | tr '\n' ' ')
+# llama.cpp's Vulkan backend is left out: the app runs without it (on the CPU) where the
+# system has no Vulkan loader, so that is recommended rather than depended on.
 ELFS=$(find "$PKG/opt/fireside" -type f \( -name '*.so*' -o -perm -u+x \) \
-    -exec sh -c 'head -c 4 "$1" | grep -q ELF && echo "$1"' _ {} \;)
+    ! -name 'libggml-vulkan*' -exec sh -c 'head -c 4 "$1" | grep -q ELF && echo "$1"' _ {} \;)
+VULKAN=$(find "$PKG/opt/fireside" -type f -name 'libggml-vulkan*' | head -n 1)
 # shellcheck disable=SC2086 # word splitting of the lists is intended
 (cd "$STAGE" && dpkg-shlibdeps -O --ignore-missing-info $LIBDIRS $ELFS) \
     >"$STAGE/substvars" 2>"$STAGE/shlibdeps.log" || {
@@ -52,13 +55,17 @@ ELFS=$(find "$PKG/opt/fireside" -type f \( -name '*.so*' -o -perm -u+x \) \
 }
 DEPENDS=$(sed -n 's/^shlibs:Depends=//p' "$STAGE/substvars")
 
-cat >"$PKG/DEBIAN/control" <<EOF
+{
+    cat <<EOF
 Package: fireside
 Version: $VERSION
 Architecture: $ARCH
 Maintainer: ${DEB_MAINTAINER:-Fireside developers <fireside@users.noreply.invalid>}
 Installed-Size: $(du -sk "$PKG" --exclude=DEBIAN | cut -f1)
 Depends: $DEPENDS
+EOF
+    [ -z "$VULKAN" ] || echo "Recommends: libvulkan1"
+    cat <<EOF
 Section: utils
 Priority: optional
 Description: private desktop chat for local language models
@@ -66,6 +73,7 @@ Description: private desktop chat for local language models
  account, no telemetry, no downloads while it runs. It finds the models already
  on your disk and ships SmolLM2-135M-Instruct, so it answers on first launch.
 EOF
+} >"$PKG/DEBIAN/control"
 
 DEB=$OUT/fireside_${VERSION}_$ARCH.deb
 dpkg-deb --root-owner-group -Zxz --build "$PKG" "$DEB" >/dev/null

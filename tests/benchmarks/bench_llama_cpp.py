@@ -1,13 +1,14 @@
 """Fireside against the speed limit: llama.cpp's own ``llama-bench``, same sources, same build.
 
     python tests/benchmarks/bench_llama_cpp.py [--rounds N] [--quick] [--wait-idle S] [--wheel-libs]
-                                                [--build-only] [MODEL ...]
+                                                [--gpu-layers N] [--jobs N] [--build-only]
+                                                [MODEL ...]
 
 ``llama-bench`` is built once from the llama.cpp that the installed llama-cpp-python was
 built from (``vendor/llama.cpp`` in the llama-cpp-python sdist, fetched as
 packaging/llama_build.py fetches it), the way that script builds the native wheel
 (``-DGGML_NATIVE=ON``, no AMX, Release, shared libraries), only the ``llama-bench``
-target, ``nice -n 10`` with at most 2 jobs. It is kept in
+target, ``nice -n 10`` with at most 2 jobs (``--jobs``). It is kept in
 ``~/.cache/fireside-build/llama-bench/<version>-native-<tag>``, the tag a hash of the
 version, CMake and compiler flags and the CPU, as the wheels are, so a second run
 reuses it.
@@ -26,6 +27,14 @@ attention, KV cache type, weights read in rather than mapped). Prints the median
 ratio Fireside / llama-bench (the median of the per-round ratios, and their range) and
 every way in which the two configurations still differ. ``--quick``: one round, no
 3,000-token prompt, 64 decoded tokens.
+
+``--gpu-layers N``: both sides on the GPU. Fireside's engine loads with N layers offloaded
+(``LoadOptions.gpu_layers``, capped at the model's count) and llama-bench gets ``-ngl``
+with the count the engine used. llama-bench then runs on the installed wheel's
+libllama/libggml (as with ``--wheel-libs``), which hold the GPU backend built for this
+machine (``make test-gpu`` builds it with CUDA): the same kernels on both sides, and the
+GPU code compiled once, not again for llama-bench (ggml's CUDA code takes as long to
+compile as the rest of the wheel). Without it, both sides run on the CPU.
 """
 
 from __future__ import annotations
@@ -67,7 +76,7 @@ from app.core.options import LoadOptions  # noqa: E402
 STORY = "Write a very long, detailed story about a lighthouse keeper and a storm."
 PROMPTS = (512, 3000)
 DECODE = 256
-JOBS = 2  # the most compile jobs: this machine is shared
+JOBS = 2  # the most compile jobs by default: this machine is shared
 
 
 
@@ -82,7 +91,9 @@ def cmake_args() -> list[str]:
     """The native wheel's CMake flags, for llama.cpp built on its own (not through
     llama-cpp-python's CMakeLists, which sets BUILD_SHARED_LIBS, LLAMA_BUILD_COMMON and
     turns curl off), with its tools, so that llama-bench is a target."""
-    wheel = [a for a in llama_build.native_cmake_args() if not a.startswith("-DLLAVA_BUILD")]
+    # The CPU build's: a GPU run takes its GPU backend from the wheel (--gpu-layers).
+    wheel = [a for a in llama_build.native_cmake_args("cpu")
+             if not a.startswith("-DLLAVA_BUILD")]
     return [*wheel, "-DCMAKE_BUILD_TYPE=Release", "-DBUILD_SHARED_LIBS=ON",
             "-DLLAMA_BUILD_COMMON=ON", "-DLLAMA_BUILD_TOOLS=ON", "-DLLAMA_BUILD_TESTS=OFF",
             "-DLLAMA_BUILD_EXAMPLES=OFF", "-DLLAMA_BUILD_SERVER=OFF", "-DLLAMA_CURL=OFF",
@@ -101,7 +112,7 @@ def bench_folder() -> Path:
     return BENCH_BUILDS / f"{llama_build.LLAMA_VERSION}-native-{tag}"
 
 
-def build_llama_bench() -> tuple[Path, dict[str, Any]]:
+def build_llama_bench(jobs: int = JOBS) -> tuple[Path, dict[str, Any]]:
     """The cached llama-bench, built now if it is not there; and how it was built."""
     folder = bench_folder()
     binary = folder / "llama-bench"
@@ -124,18 +135,18 @@ def build_llama_bench() -> tuple[Path, dict[str, Any]]:
         fetched = time.monotonic()
         build = Path(tmp) / "build"
         llama_build._log(f"building llama-bench: {cmake_args()} CFLAGS/CXXFLAGS={flags!r}, "
-                         f"{JOBS} jobs (minutes)")
+                         f"{jobs} jobs (minutes)")
         subprocess.run([*nice, "cmake", "-S", str(source), "-B", str(build), *generator,
                         *cmake_args()], check=True, env=env, stdout=subprocess.DEVNULL)
         subprocess.run([*nice, "cmake", "--build", str(build), "--target", "llama-bench",
-                        "-j", str(JOBS)], check=True, env=env, stdout=subprocess.DEVNULL)
+                        "-j", str(jobs)], check=True, env=env, stdout=subprocess.DEVNULL)
         compiled = time.monotonic()
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=BENCH_BUILDS))
         for item in (build / "bin").iterdir():
             if item.name == "llama-bench" or ".so" in item.name or item.suffix == ".dylib":
                 shutil.copy2(item, staging / item.name, follow_symlinks=False)
         info = {"version": llama_build.LLAMA_VERSION, "cmake_args": cmake_args(),
-                "cflags": flags, "cpu": lscpu_model(), "jobs": JOBS,
+                "cflags": flags, "cpu": lscpu_model(), "jobs": jobs,
                 "fetch_s": round(fetched - started, 1),
                 "build_s": round(compiled - fetched, 1),
                 "built_at": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -201,7 +212,8 @@ def read_vocab(path: Path) -> Vocab:
 def fireside_settings(engine: Engine) -> dict[str, Any]:
     """What the loaded model's context really runs with (read back from llama.cpp)."""
     llm = engine._llm  # the benchmark reads it while the engine is idle
-    assert llm is not None
+    loaded = engine.loaded
+    assert llm is not None and loaded is not None
     arguments = llama_arguments(LoadOptions())
     return {"n_batch": llama_cpp.llama_n_batch(llm.ctx),
             "n_ubatch": llama_cpp.llama_n_ubatch(llm.ctx),
@@ -212,6 +224,7 @@ def fireside_settings(engine: Engine) -> dict[str, Any]:
             "type_v": _TYPE_NAMES[arguments["type_v"]],
             "load_mode": "none" if not arguments["use_mmap"] else "mmap",
             "repack": bool(llm.model_params.use_extra_bufts),
+            "n_gpu_layers": loaded.placement.gpu_layers if loaded.placement else 0,
             "n_ctx": llama_cpp.llama_n_ctx(llm.ctx)}
 
 
@@ -222,7 +235,18 @@ def bench_arguments(settings: dict[str, Any], prompt: bool) -> list[str]:
             "-ub", str(settings["n_ubatch"]), "-fa", settings["flash_attn"],
             "-ctk", settings["type_k"], "-ctv", settings["type_v"],
             "-lm", settings["load_mode"], "--repack", str(int(settings["repack"])),
-            "-ngl", "0"]
+            "-ngl", str(settings["n_gpu_layers"])]
+
+
+def gpu_names() -> str:
+    """The GPUs the installed llama.cpp offloads to; stops the run where it has none."""
+    from app.core import devices
+
+    problem = devices.gpu_support()
+    if problem:
+        raise SystemExit(f"--gpu-layers: {problem}")
+    return ", ".join(d.description or d.name
+                     for d in devices.offload_targets(devices.list_devices()))
 
 
 def wheel_libs() -> Path:
@@ -328,15 +352,16 @@ def differences(ours: dict[str, Any], theirs: dict[str, Any], prompt: bool) -> l
              ("type_k", ours["type_k"], theirs["type_k"]),
              ("type_v", ours["type_v"], theirs["type_v"]),
              ("load mode", ours["load_mode"], theirs["load_mode"]),
-             ("repack (extra buffers)", ours["repack"], bool(theirs["repack"]))]
+             ("repack (extra buffers)", ours["repack"], bool(theirs["repack"])),
+             ("GPU layers", ours["n_gpu_layers"], int(theirs["n_gpu_layers"]))]
     return [f"{name}: Fireside {a}, llama-bench {b}" for name, a, b in pairs if a != b]
 
 
 def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
                   prompts: tuple[int, ...], decode: int, libs: Path | None = None,
-                  idle_s: float = 0.0) -> tuple[list[Row], list[str]]:
+                  idle_s: float = 0.0, gpu_layers: int = 0) -> tuple[list[Row], list[str]]:
     vocab = read_vocab(path)
-    engine.load(path).result()
+    engine.load(path, LoadOptions(gpu_layers=str(gpu_layers) if gpu_layers else "off")).result()
     settings = fireside_settings(engine)
     rng = random.Random(1234)
     name = path.name.removesuffix(".gguf")
@@ -400,6 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--wheel-libs", action="store_true",
                         help="run llama-bench on the installed wheel's libllama/libggml "
                              "(Fireside's very kernels) instead of the ones built with it")
+    parser.add_argument("--gpu-layers", type=int, default=0, metavar="N",
+                        help="offload N layers on both sides (99: all), llama-bench on the "
+                             "wheel's libraries and so on its GPU backend")
+    parser.add_argument("--jobs", type=int, default=JOBS, metavar="N",
+                        help=f"compile jobs for building llama-bench (default {JOBS})")
     parser.add_argument("models", nargs="*", type=Path)
     args = parser.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 3)
@@ -411,7 +441,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ["FIRESIDE_DATA_DIR"] = data_dir
 
     cpu = lscpu_model()
-    binary, info = build_llama_bench()
+    if args.gpu_layers and not args.build_only:
+        gpus = gpu_names()  # before anything is built: fail fast where there is no GPU
+    binary, info = build_llama_bench(args.jobs)
     how = (f"reused, built {info['built_at']} in {info['build_s']:.0f} s" if info["reused"]
            else f"built now in {info['build_s']:.0f} s (+{info['fetch_s']:.0f} s fetching "
            "the sdist)")
@@ -425,8 +457,10 @@ def main(argv: list[str] | None = None) -> int:
           f"{default_threads()}; load average at start: {load_average()}")
     print(f"llama-cpp-python {llama_cpp.__version__}; {rounds} round(s), alternated "
           f"Fireside / llama-bench; figures are medians, tok/s", flush=True)
-    libs = wheel_libs() if args.wheel_libs else None
+    libs = wheel_libs() if args.wheel_libs or args.gpu_layers else None
     print(f"llama-bench's libllama/libggml: {libs or binary.parent}")
+    if args.gpu_layers:
+        print(f"GPU: {gpus}; up to {args.gpu_layers} layers offloaded on both sides")
     if os.getloadavg()[0] > 0.5:
         print("note: the machine was busy before this run started: other work shares the "
               "CPU, so expect noise (compare the ratios, and their ranges)")
@@ -437,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
         for path in models:
             model_rows, model_notes = measure_model(path, binary, engine, rounds=rounds,
                                                     prompts=prompts, decode=decode, libs=libs,
-                                                    idle_s=args.wait_idle)
+                                                    idle_s=args.wait_idle,
+                                                    gpu_layers=args.gpu_layers)
             rows += model_rows
             notes[path.name] = model_notes
     finally:
@@ -468,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
         settings_diffs = [n for n in model_notes if not n.startswith("n_ctx")]
         print(f"  {model}: " + ("; ".join(settings_diffs) if settings_diffs else
                                 "threads, batch, micro-batch, flash attention, KV types, "
-                                "load mode and repacking all the same"))
+                                "load mode, repacking and GPU layers all the same"))
         for note in model_notes:
             if note.startswith("n_ctx"):
                 print(f"    {note}")
