@@ -13,16 +13,19 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
+from app.core import gpu_backends
+
 # ggml_backend_dev_type, in ggml-backend.h's order.
 KINDS = ("cpu", "gpu", "igpu", "accel", "meta")
 OFFLOAD_KINDS = ("gpu", "igpu")  # the devices n_gpu_layers puts layers on
+CPU_BACKENDS = ("CPU", "BLAS", "RPC", "ZenDNN")  # backends that are no GPU
 
 
 @dataclass(frozen=True)
 class Device:
     name: str  # ggml's name: "CUDA0", "Vulkan0", "MTL0", "CPU"
     description: str  # what the user knows it as: "NVIDIA H200", the CPU's model
-    backend: str  # "CUDA", "Vulkan", "Metal", "CPU"
+    backend: str  # "CUDA", "Vulkan", "MTL" (Metal), "CPU"
     kind: str  # one of KINDS
     free: int  # bytes
     total: int
@@ -34,7 +37,7 @@ class Device:
     @property
     def unified(self) -> bool:
         """Its memory is the system's RAM (Apple Silicon, integrated GPUs)."""
-        return self.kind == "igpu" or self.backend == "Metal"
+        return self.kind == "igpu" or self.backend in ("MTL", "Metal")
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "description": self.description, "backend": self.backend,
@@ -63,6 +66,8 @@ def _ggml() -> ctypes.CDLL:
             ("ggml_backend_dev_memory", [void_p, ctypes.POINTER(size_t),
                                          ctypes.POINTER(size_t)], None),
             ("ggml_backend_dev_backend_reg", [void_p], void_p),
+            ("ggml_backend_reg_count", [], size_t),
+            ("ggml_backend_reg_get", [size_t], void_p),
             ("ggml_backend_reg_name", [void_p], char_p)):
         function = getattr(lib, name)
         function.argtypes, function.restype = args, result
@@ -103,14 +108,24 @@ def survey() -> Hardware:
     return Hardware(found, gpu_support(found))
 
 
+def backends() -> list[str]:
+    """The backends registered in the loaded llama.cpp: "CPU", "CUDA", "Vulkan"..."""
+    lib = _ggml()
+    return [_text(lib.ggml_backend_reg_name(lib.ggml_backend_reg_get(i)))
+            for i in range(lib.ggml_backend_reg_count())]
+
+
 def gpu_support(found: list[Device] | None = None) -> str | None:
     """None when this llama.cpp can put layers on a device (of ``found``, default: those
     it lists now); else why not, in words."""
-    import llama_cpp  # noqa: PLC0415 - llama.cpp only when asked
-
-    if not llama_cpp.llama_supports_gpu_offload():
-        return ("this llama.cpp was built for the CPU only (no CUDA, Metal or Vulkan); "
-                "README → GPUs says how to build it for one")
-    if not offload_targets(list_devices() if found is None else found):
-        return "llama.cpp found no GPU it can use (is the driver installed?)"
-    return None
+    if offload_targets(list_devices() if found is None else found):
+        return None
+    gpu_code = [name for name in backends() if name not in CPU_BACKENDS]
+    if gpu_code:
+        return (f"llama.cpp's {' and '.join(gpu_code)} code found no GPU it can use "
+                "(is the driver installed?)")
+    if gpu_backends.PASSED_OVER:
+        return (f"llama.cpp's {' and '.join(gpu_backends.PASSED_OVER)} code could not start "
+                "here (no driver for it?)")
+    return ("this llama.cpp was built for the CPU only (no CUDA, Metal or Vulkan); "
+            "README → GPUs says how to build it for one")

@@ -23,6 +23,7 @@ import struct
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Callable, Generator, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
@@ -174,12 +175,17 @@ class Engine(OneThreadBackend):
         except ModelLoadError as err:
             if previous is None or self._closing.is_set():
                 raise
-            try:  # the way back cannot be cancelled, only cut short by closing
-                self._open(previous.path, previous.options, None, previous.n_ctx_train,
-                           threading.Event())
-            except ModelLoadError:
-                raise type(err)(f"{err} The previous model could not be loaded again.") from err
-            raise type(err)(f"{err} {previous.name} is loaded again.") from err
+            failure = err
+        # Out of the except block, so that nothing of the failed load is held while the
+        # previous model comes back. The way back cannot be cancelled, only cut short by
+        # closing.
+        try:
+            self._open(previous.path, previous.options, None, previous.n_ctx_train,
+                       threading.Event())
+        except ModelLoadError:
+            raise type(failure)(f"{failure} The previous model could not be loaded "
+                                "again.") from failure
+        raise type(failure)(f"{failure} {previous.name} is loaded again.") from failure
 
     def _check(self, path: Path, options: LoadOptions) -> gguf.GGUFHeader:
         """Refuse a file that cannot work, without unloading the current model."""
@@ -293,42 +299,57 @@ class Engine(OneThreadBackend):
                                            **llama_arguments(chosen, gpu_layers),
                                            verbose=False)
             except (ValueError, RuntimeError, OSError) as err:
-                gc.collect()  # a half-built Llama holds its weights until collected
-                if cancel.is_set() or self._closing.is_set():
-                    raise LoadCancelled(f"Loading {path.name} was cancelled.") from err
-                raise ModelLoadError(f"{path.name} could not be loaded: "
-                                     f"{_llama_reason()}") from err
+                failure = err
+            # A half-built Llama holds its weights (and device memory) until collected,
+            # and the traceback's frames hold it: freed before anything else loads.
+            traceback.clear_frames(failure.__traceback__)
+            gc.collect()
+            if cancel.is_set() or self._closing.is_set():
+                raise LoadCancelled(f"Loading {path.name} was cancelled.") from failure
+            raise ModelLoadError(f"{path.name} could not be loaded: "
+                                 f"{_llama_reason()}") from failure
 
-        # Placed now that the previous model's device memory is free.
-        placement = _placement(header_cache.cached_header(path), options, None)
+        header = header_cache.cached_header(path)
         notices = []
-        if placement.unavailable and options.gpu_layers not in ("auto", "off"):
-            notices.append(f"GPU offload ({options.gpu_layers}) was asked for, but "
-                           f"{placement.unavailable}; {path.name} runs on the CPU.")
 
-        def on_device(chosen: LoadOptions) -> llama_cpp.Llama:
-            """Loaded with the planned layers on the GPU; if the device refuses them (out
-            of its memory, a driver error), with half as many, then on the CPU."""
-            nonlocal placement
-            tries = sorted({placement.gpu_layers, placement.gpu_layers // 2, 0}, reverse=True)
-            for layers in tries:
+        def on_device(chosen: LoadOptions) -> tuple[llama_cpp.Llama, offload.Plan]:
+            """Loaded with the layers planned for ``chosen`` on the GPU (planned now that
+            the previous model's device memory is free); if the device refuses them (out
+            of its memory, a driver error), with half as many, then on the CPU, each only
+            if the memory it needs then is free."""
+            planned = _placement(header, chosen, None)
+            if planned.unavailable and chosen.gpu_layers not in ("auto", "off"):
+                notices.append(f"GPU offload ({chosen.gpu_layers}) was asked for, but "
+                               f"{planned.unavailable}; {path.name} runs on the CPU.")
+            failed = ""
+            for layers in dict.fromkeys((planned.gpu_layers, planned.gpu_layers // 2, 0)):
+                placement = planned if not failed else _placement(
+                    header, dataclasses.replace(chosen, gpu_layers=str(layers)), None)
+                if failed and placement.host_bytes > memory.available():
+                    raise NotEnoughMemory(
+                        f"{failed}; {placement.where} would need about "
+                        f"{memory.format_bytes(placement.host_bytes)} of memory, and only "
+                        f"{memory.format_bytes(memory.available())} is free.")
                 try:
                     llm = construct(chosen, layers)
+                except LoadCancelled:
+                    raise
                 except ModelLoadError as err:
-                    if layers == 0:
+                    if layers == 0 or not _device_failure():
                         raise
                     failed = (f"{path.name} could not be loaded with {layers} layers on the "
                               f"GPU ({str(err).split(': ', 1)[-1]})")
                     continue
-                if layers != placement.gpu_layers:
-                    placement = dataclasses.replace(placement, gpu_layers=layers)
+                if failed:
                     notices.append(f"{failed}; it runs with {placement.where}." if layers
                                    else f"{failed}; it runs on the CPU.")
-                return llm
+                return llm, placement
             raise AssertionError("the last try is on the CPU")
 
         try:
-            llm = on_device(options)
+            llm, placement = on_device(options)
+        except LoadCancelled:
+            raise
         except ModelLoadError as err:
             tuned = options.tuning()
             if tuned == LoadOptions():
@@ -336,7 +357,7 @@ class Engine(OneThreadBackend):
             # A switch llama.cpp refuses for this model (a quantized V cache without
             # flash attention): the model still loads, as it does by default.
             options = options.untuned()
-            llm = on_device(options)
+            llm, placement = on_device(options)
             notices.append(f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
                            f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
         notice = " ".join(notices) or None
@@ -563,12 +584,17 @@ def _placement(header: gguf.GGUFHeader, options: LoadOptions,
     """Where ``options`` puts the model's layers, with the GPU memory ``current`` holds
     counted as free (it is unloaded first)."""
     now = devices.survey()
-    found = now.devices
-    if current is not None and current.placement is not None:
-        freed = current.placement.device_bytes
-        found = [dataclasses.replace(d, free=d.free + freed) if d.offloads else d
-                 for d in found]
+    found = offload.freed(now.devices, current.placement if current else None)
     return offload.plan(header, options, found, now.unavailable)
+
+
+# What llama.cpp says when a device, not the file or the settings, refused a load.
+_DEVICE_WORDS = ("alloc", "out of memory", "cuda", "vulkan", "metal", "device", "backend")
+
+
+def _device_failure() -> bool:
+    said = " ".join(llama_runtime.router.recent_errors).lower()
+    return not said or any(word in said for word in _DEVICE_WORDS)
 
 
 def llama_arguments(options: LoadOptions, gpu_layers: int = 0) -> dict[str, Any]:
@@ -587,10 +613,16 @@ def llama_arguments(options: LoadOptions, gpu_layers: int = 0) -> dict[str, Any]
     kv_type = _KV_TYPES[options.kv_cache]
     return {"n_batch": batch, "n_ubatch": batch, "n_threads": threads,
             "n_threads_batch": options.prompt_threads or threads,
-            # llama.cpp's CPU code runs flash attention for every model: "auto" is on.
+            # llama.cpp's CPU code runs flash attention for every model, and a GPU's for
+            # the common head sizes (others fall back to the CPU): "auto" is on.
             "flash_attn": options.flash_attention != "off",
             "type_k": kv_type, "type_v": kv_type, "use_mmap": False,
-            "n_gpu_layers": gpu_layers}
+            "n_gpu_layers": gpu_layers,
+            # No layer on a GPU: no GPU at all, or llama.cpp would still run a prompt's
+            # large products there (and need its memory for them) and keep the weights
+            # in its pinned memory rather than the CPU's repacked layout.
+            **({"split_mode": llama_cpp.LLAMA_SPLIT_MODE_NONE, "main_gpu": -1}
+               if gpu_layers == 0 else {})}
 
 
 def describe_tuning(options: LoadOptions) -> str:

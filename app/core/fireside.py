@@ -237,7 +237,9 @@ class Fireside:
     def placement(self, entry: ModelEntry, hardware: devices.Hardware) -> offload.Plan | None:
         """Where ``entry``'s layers would go if it loaded now (None: a server's model or
         a file that cannot load)."""
-        return offload.for_entry(entry, self.load_options(entry.path), hardware.devices,
+        current = self.model
+        found = offload.freed(hardware.devices, current.placement if current else None)
+        return offload.for_entry(entry, self.load_options(entry.path), found,
                                  hardware.unavailable)
 
     def sampling(self, path: Path | str | None = None) -> Sampling:

@@ -18,6 +18,9 @@ from pathlib import Path
 from app.core import ggml_libs
 
 logger = logging.getLogger(__name__)
+PASSED_OVER: list[str] = []  # backends this process found and could not start, by name
+_NAMES = {"cuda": "CUDA", "vulkan": "Vulkan", "metal": "Metal", "hip": "HIP", "sycl": "SYCL",
+          "opencl": "OpenCL", "musa": "MUSA", "cann": "CANN"}  # as ggml names them
 
 _BACKEND_FILE = re.compile(r"^(?:lib)?ggml-([a-z0-9]+)\.(?:so|dll|dylib)$")
 # ggml's own libraries that hold no GPU backend: its core, the CPU backend (whose
@@ -60,4 +63,5 @@ def install(lib_dir: Path) -> list[str]:
             reason = " ".join(line.strip() for line in said if line.strip())
             logger.info("GPU backend %s not loaded: %s", path.name,
                         reason or "its driver or device is missing")
+            PASSED_OVER.append(_NAMES.get(name, name))
     return loaded

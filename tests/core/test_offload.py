@@ -13,8 +13,8 @@ import llama_cpp
 import pytest
 
 import app.core.engine as engine_module
-from app.core import devices, offload, settings
-from app.core.backend import ModelLoadError
+from app.core import devices, gpu_backends, llama_runtime, offload, settings
+from app.core.backend import ModelLoadError, NotEnoughMemory
 from app.core.devices import Device
 from app.core.engine import Engine, llama_arguments
 from app.core.fireside import Fireside
@@ -74,15 +74,16 @@ def test_auto_fits_as_many_layers_as_the_free_memory_allows_less_the_margin(
 def test_the_margin_is_the_larger_of_512_mib_and_8_percent_or_the_users(model: Path) -> None:
     assert offload.margin(gpu(free=1, total=2)) == 512 * MIB
     assert offload.margin(gpu(free=70, total=80)) == int(80 * GIB * 0.08)
-    assert offload.margin(gpu(free=70, total=80), margin_mib=100) == 100 * MIB
+    assert offload.margin(gpu(free=70, total=80), margin_mib=1000) == 1000 * MIB
+    assert offload.margin(gpu(free=70, total=80), margin_mib=0) == 256 * MIB  # at least
     header = read_header(model)
     parts = offload.layers(header, LoadOptions())
     # A margin that leaves room for about half the layers gives a partial offload.
     half = parts.on_device(parts.count // 2)
-    card = gpu(free=(half + 64 * MIB) / GIB, total=8)
+    card = gpu(free=(half + 300 * MIB) / GIB, total=8)
     default = offload.plan(header, LoadOptions(), [card])
-    assert default.gpu_layers < parts.count // 2  # 8 % of 8 GiB is more than 64 MiB
-    chosen = offload.plan(header, LoadOptions(gpu_margin_mib=64), [card])
+    assert default.gpu_layers < parts.count // 2  # 8 % of 8 GiB is more than 300 MiB
+    chosen = offload.plan(header, LoadOptions(gpu_margin_mib=300), [card])
     assert chosen.gpu_layers == parts.count // 2
 
 
@@ -174,13 +175,15 @@ class RefusingDevice:
     refusal is the one thing not real: the model below it loads and answers on the
     CPU)."""
 
-    def __init__(self, fits: int, broken: Path | None = None) -> None:
-        self.fits, self.broken = fits, broken
+    def __init__(self, fits: int, broken: Path | None = None, said: str = "") -> None:
+        self.fits, self.broken, self.said = fits, broken, said
         self.asked: list[tuple[str, int]] = []
 
     def __call__(self, model_path: str, n_gpu_layers: int = 0, **kwargs: object) -> object:
         self.asked.append((Path(model_path).name, n_gpu_layers))
         if n_gpu_layers > self.fits or Path(model_path) == self.broken:
+            if self.said:  # what llama.cpp's log would have said
+                llama_runtime.router.recent_errors.append(self.said)
             raise ValueError("Failed to load model from file")
         return REAL_LLAMA(model_path=model_path, n_gpu_layers=n_gpu_layers, **kwargs)  # type: ignore[arg-type]
 
@@ -196,8 +199,8 @@ def one_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def load_with(monkeypatch: pytest.MonkeyPatch, fits: int, broken: Path | None = None,
-              first: Path | None = None) -> tuple[RefusingDevice, Fireside]:
-    refusing = RefusingDevice(fits, broken)
+              first: Path | None = None, said: str = "") -> tuple[RefusingDevice, Fireside]:
+    refusing = RefusingDevice(fits, broken, said)
     prefs = settings.load().settings
     prefs.temperature, prefs.max_tokens = 0.0, 4
     core = Fireside.open(prefs=prefs, engine=Engine())
@@ -279,7 +282,7 @@ def test_the_terminal_lists_the_devices_and_each_models_layers(smollm2_path: Pat
 def test_on_memory_shared_with_the_gpu_the_whole_model_counts_as_ram(
         smollm2_path: Path) -> None:
     header = read_header(smollm2_path)
-    metal = Device("MTL0", "Apple M2", "Metal", "gpu", 10 * GIB, 11 * GIB)
+    metal = Device("MTL0", "Apple M2", "MTL", "gpu", 10 * GIB, 11 * GIB)  # as ggml names it
     shared = offload.plan(header, LoadOptions(), [CPU, metal])
     card = offload.plan(header, LoadOptions(), [CPU, gpu(free=10)])
     assert shared.gpu_layers == card.gpu_layers == 31
@@ -287,3 +290,66 @@ def test_on_memory_shared_with_the_gpu_the_whole_model_counts_as_ram(
     assert shared.host_bytes > card.host_bytes + card.device_bytes // 2
     assert shared.summary().startswith("all 31 layers on GPU · ")
     assert shared.summary().endswith(" in shared memory")
+
+
+def test_why_no_gpu_is_used_names_the_gpu_code_that_found_none(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU build on a machine without the driver is not called a CPU-only build."""
+    monkeypatch.setattr(devices, "backends", lambda: ["CPU", "CUDA"])
+    assert devices.gpu_support([CPU]) == ("llama.cpp's CUDA code found no GPU it can use "
+                                          "(is the driver installed?)")
+    assert devices.gpu_support([CPU, gpu(free=8)]) is None
+    monkeypatch.setattr(devices, "backends", lambda: ["CPU"])
+    monkeypatch.setattr(gpu_backends, "PASSED_OVER", ["Vulkan"])
+    assert devices.gpu_support([CPU]) == ("llama.cpp's Vulkan code could not start here "
+                                          "(no driver for it?)")
+    monkeypatch.setattr(gpu_backends, "PASSED_OVER", [])
+    assert "built for the CPU only" in (devices.gpu_support([CPU]) or "")
+
+
+@pytest.mark.usefixtures("one_gpu")
+def test_only_a_device_failure_is_tried_again_with_fewer_layers(
+        monkeypatch: pytest.MonkeyPatch, smollm2_path: Path) -> None:
+    refusing, core = load_with(monkeypatch, fits=-1, said="llama_model_load: error loading "
+                               "model: tensor 'blk.3.ffn_up.weight' data is not within the "
+                               "file bounds")
+    try:
+        with pytest.raises(ModelLoadError, match="not within the file bounds"):
+            core.load(smollm2_path).result()
+        assert refusing.asked == [(smollm2_path.name, 31)]  # a file problem: once
+        refusing.said = "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 300 MiB " \
+                        "on device 0: cudaMalloc failed: out of memory"
+        refusing.fits, refusing.asked = 0, []
+        assert core.load(smollm2_path).result().placement.where == "CPU"
+        assert [n for _, n in refusing.asked] == [31, 15, 0]
+    finally:
+        core.close()
+
+
+@pytest.mark.usefixtures("one_gpu")
+def test_fewer_layers_are_tried_only_where_the_ram_they_then_need_is_free(
+        monkeypatch: pytest.MonkeyPatch, smollm2_path: Path) -> None:
+    refusing, core = load_with(monkeypatch, fits=0)
+    plenty = engine_module.memory.available
+    monkeypatch.setattr(engine_module.memory, "available",
+                        lambda: plenty() if not refusing.asked else 50_000_000)
+    try:
+        with pytest.raises(NotEnoughMemory) as refused:
+            core.load(smollm2_path).result()
+        assert [n for _, n in refusing.asked] == [31]  # the half would not fit in RAM
+        assert "could not be loaded with 31 layers on the GPU" in str(refused.value)
+        assert "GPU 15/31 would need about" in str(refused.value)
+    finally:
+        core.close()
+
+
+def test_the_memory_a_loaded_model_holds_on_the_gpu_counts_as_free_for_the_next(
+        gemma_path: Path, smollm2_path: Path) -> None:
+    card = gpu(free=0.9, total=1.5)
+    loaded = offload.plan(read_header(smollm2_path), LoadOptions(), [CPU, card])
+    assert loaded.gpu_layers == 31
+    squeezed = offload.plan(read_header(gemma_path), LoadOptions(), [CPU, card])
+    after = offload.plan(read_header(gemma_path), LoadOptions(),
+                         offload.freed([CPU, card], loaded))
+    assert after.gpu_layers > squeezed.gpu_layers
+    assert offload.freed([CPU, card], None) == [CPU, card]

@@ -3,6 +3,8 @@ stopped there. Skipped wherever llama.cpp has no GPU to use."""
 
 from __future__ import annotations
 
+import logging
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,15 +58,27 @@ def test_fully_offloaded_models_write_what_the_cpu_writes(model: Path) -> None:
     assert texts["all"] and texts["all"] == texts["off"]
 
 
-def test_the_fit_predicts_the_device_memory_a_load_takes(model: Path, engine: Engine) -> None:
+def test_the_fit_predicts_the_device_memory_a_load_takes(
+        model: Path, engine: Engine, caplog: pytest.LogCaptureFixture) -> None:
+    """The buffers llama.cpp puts on the GPU (weights, KV cache, compute) against the
+    plan, within 10 %; the card's free memory before and after is printed beside them
+    (it also holds the GPU libraries' own, which the margin is for)."""
     before = device_free()
-    loaded = engine.load(model, LoadOptions(gpu_layers="all")).result()
+    with caplog.at_level(logging.DEBUG, logger="fireside.llama"):
+        loaded = engine.load(model, LoadOptions(gpu_layers="all")).result()
     ask(engine, user("Hello"), FIRST_32)  # the compute buffers are in use
-    used = before - device_free()
+    taken = before - device_free()
+    on_card = 0.0
+    for line in caplog.messages:
+        found = re.search(r"(\w+) (?:model|KV|compute) buffer size =\s*([\d.]+) MiB", line)
+        if found and found.group(1) not in ("CPU", "CPU_Mapped", "CPU_REPACK") and \
+                "Host" not in found.group(1):
+            on_card += float(found.group(2)) * MIB
     assert loaded.placement is not None
     predicted = loaded.placement.device_bytes
-    print(f"{model.name}: predicted {predicted / MIB:.0f} MiB, used {used / MIB:.0f} MiB")
-    assert predicted == pytest.approx(used, rel=0.10)
+    print(f"{model.name}: predicted {predicted / MIB:.0f} MiB, llama.cpp's buffers on the "
+          f"GPU {on_card / MIB:.0f} MiB, free memory taken {taken / MIB:.0f} MiB")
+    assert predicted == pytest.approx(on_card, rel=0.10)
 
 
 def test_a_margin_leaving_room_for_half_the_layers_loads_a_partial_offload(
@@ -97,8 +111,9 @@ def test_30_switches_give_the_device_memory_back(engine: Engine, smollm2_path: P
 
 
 def test_stop_during_prompt_reading_on_the_gpu(engine: Engine, gemma_path: Path) -> None:
-    engine.load(gemma_path, LoadOptions(gpu_layers="all")).result()
-    long_prompt = " ".join(f"word{i}" for i in range(1800))  # about 7,500 tokens
+    # A prompt long enough to take a while even on a fast card.
+    engine.load(gemma_path, LoadOptions(gpu_layers="all", n_ctx=32768)).result()
+    long_prompt = " ".join(f"word{i}" for i in range(7500))  # about 31,000 tokens
     handle = engine.generate(lambda s: PromptPlan(s.encode(templates.render(
         s.template, user(long_prompt)))), Sampling(temperature=0.0, max_tokens=8))
     deadline = time.monotonic() + 30

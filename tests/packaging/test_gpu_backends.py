@@ -39,7 +39,9 @@ def test_a_backend_without_libggml_is_passed_over(tmp_path: Path,
 
 
 def test_a_backend_that_does_not_load_is_logged_and_passed_over(
-        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+        tmp_path: Path, caplog: pytest.LogCaptureFixture,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gpu_backends, "PASSED_OVER", [])
     llama_cpp = pytest.importorskip("llama_cpp")
     wheel_lib = Path(llama_cpp.__file__).parent / "lib"
     if not (wheel_lib / "libggml.so.0").is_file():
@@ -53,6 +55,7 @@ def test_a_backend_that_does_not_load_is_logged_and_passed_over(
     with caplog.at_level(logging.INFO, logger=gpu_backends.__name__):
         assert gpu_backends.install(tmp_path) == []
     assert "libggml-vulkan.so not loaded" in caplog.text
+    assert gpu_backends.PASSED_OVER == ["Vulkan"]  # why the CPU answers, for the user
     # ggml's own words on why, in the log rather than on stderr.
     assert "failed to load" in caplog.text
     # Whoever routed ggml's log before (llama-cpp-python, once imported) still does.
