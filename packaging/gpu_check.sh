@@ -13,7 +13,7 @@
 #    bench-gpu-cpu.txt, bench-gpu.txt).
 #
 # Needs Linux, an NVIDIA driver, the CUDA toolkit (nvcc), a C/C++ compiler and Python
-# 3.11+ (PYTHON=..., else python3.12 where there is one, else python3).
+# 3.11+ with its venv module (PYTHON=..., else python3.12 where there is one, else python3).
 #
 # Without network: every pip call here, llama_build.py's download of the
 # llama-cpp-python sdist included, takes what it needs from a folder of wheels when
@@ -65,13 +65,14 @@ find_nvcc() {
     return 1
 }
 
-# The pip package of cuBLAS for this toolkit's CUDA version.
+# The pip package of cuBLAS for this toolkit's CUDA version (major.minor: the headers
+# must match the toolkit's).
 cublas_package() {
-    local major
-    major=$("$1" --version | sed -n 's/.*release \([0-9]*\)\..*/\1/p')
-    case $major in
-        12) echo nvidia-cublas-cu12 ;;
-        *) echo "nvidia-cublas==$major.*" ;;
+    local version
+    version=$("$1" --version | sed -n 's/.*release \([0-9]*\.[0-9]*\).*/\1/p')
+    case $version in
+        12.*) echo "nvidia-cublas-cu12==$version.*" ;;
+        *) echo "nvidia-cublas==$version.*" ;;
     esac
 }
 
@@ -93,7 +94,9 @@ NVCC=$(find_nvcc) || die "no CUDA toolkit here: nvcc is not on PATH, in CUDA_HOM
 say "driver: $(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null || cat /proc/driver/nvidia/version)"
 say "nvcc: $NVCC ($("$NVCC" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p'))"
 
-[ -x "$VPY" ] || run "$PYTHON" -m venv "$VENV"
+# A venv made without ensurepip (Debian's python3-venv missing) has no pip: made again.
+"$VPY" -m pip --version >/dev/null 2>&1 || { run rm -rf "$VENV"; run "$PYTHON" -m venv "$VENV"; } ||
+    die "$PYTHON cannot make a venv (Debian and Ubuntu: apt-get install python3-venv)"
 ASK=$VPY
 [ -x "$VPY" ] || ASK=$PYTHON  # a dry run without the venv
 CHOICE=$(gpu_choice "$ASK")

@@ -217,9 +217,15 @@ class Engine(OneThreadBackend):
         # The current model's memory comes back when it is unloaded for this one.
         current = self._loaded
         budget = memory.available() + (self._footprints.get(current.path, 0) if current else 0)
-        # What goes to the GPU needs no RAM (its device memory is fitted at load).
         placement = _placement(header, options, current)
-        budget += memory.estimate(header, n_ctx, options.kv_cache).total - placement.host_bytes
+        self._footprints[path] = placement.host_bytes
+        if placement.gpu_layers > 0:  # what goes to the GPU is fitted to its memory
+            if placement.host_bytes > budget:
+                raise NotEnoughMemory(
+                    f"{path.name} would need about {memory.format_bytes(placement.host_bytes)}"
+                    f" of memory besides {memory.format_bytes(placement.device_bytes)} on the "
+                    f"GPU, and only {memory.format_bytes(budget)} is free.")
+            return
         reason = memory.refusal(path.name, header, n_ctx, budget, options.kv_cache)
         if reason is not None:
             entry = catalog.describe(path)
@@ -228,7 +234,6 @@ class Engine(OneThreadBackend):
             if smaller is not None:
                 reason += f" {smaller.path.name} is a smaller version of it that fits."
             raise NotEnoughMemory(reason)
-        self._footprints[path] = placement.host_bytes
 
     def _check_architecture(self, path: Path, architecture: str) -> None:
         """Refuse an architecture this llama.cpp does not know, in about a millisecond.

@@ -353,3 +353,18 @@ def test_the_memory_a_loaded_model_holds_on_the_gpu_counts_as_free_for_the_next(
                          offload.freed([CPU, card], loaded))
     assert after.gpu_layers > squeezed.gpu_layers
     assert offload.freed([CPU, card], None) == [CPU, card]
+
+
+@pytest.mark.usefixtures("one_gpu")
+def test_a_model_whose_ram_part_does_not_fit_is_refused_before_anything_unloads(
+        monkeypatch: pytest.MonkeyPatch, smollm2_path: Path, gemma_path: Path) -> None:
+    refusing, core = load_with(monkeypatch, fits=99, first=smollm2_path)
+    monkeypatch.setattr(engine_module.memory, "available", lambda: 0)
+    try:
+        with pytest.raises(NotEnoughMemory) as refused:
+            core.load(gemma_path).result()
+        assert refusing.asked == []  # refused before loading anything
+        assert "of memory besides" in str(refused.value) and "on the GPU" in str(refused.value)
+        assert core.model is not None and core.model.path == smollm2_path  # still loaded
+    finally:
+        core.close()
