@@ -151,6 +151,9 @@ class Fireside:
             from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
 
             engine = Engine(states_dir=paths.cache_dir() / "states")
+            # A GPU's first memory query sets up its driver context (a fraction of a
+            # second): here, not when the window first lists the models.
+            devices.survey()
         from app.core.backends import Backends  # noqa: PLC0415
         from app.core.remote import RemoteBackend  # noqa: PLC0415
 
