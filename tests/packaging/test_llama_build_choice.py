@@ -130,15 +130,20 @@ def test_a_bundle_carries_vulkan_only_when_asked(lb: ModuleType,
         lb.portable_cmake_args()
 
 
-def test_the_wheel_check_wants_the_gpu_library(lb: ModuleType, tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("FIRESIDE_GPU", "cuda")
-    without, with_cuda = tmp_path / "without.whl", tmp_path / "with.whl"
-    for wheel, names in ((without, ["libllama.so", "libggml.so"]),
-                         (with_cuda, ["libllama.so", "libggml.so", "libggml-cuda.so.0"])):
+def wheels(folder: Path, libraries: list[str], gpu_library: str) -> tuple[Path, Path]:
+    """Two wheels holding ``libraries`` in llama_cpp/lib: without ``gpu_library``, with it."""
+    without, with_gpu = folder / "without.whl", folder / "with.whl"
+    for wheel, names in ((without, libraries), (with_gpu, [*libraries, gpu_library])):
         with zipfile.ZipFile(wheel, "w") as archive:
             for name in names:
                 archive.writestr(f"llama_cpp/lib/{name}", b"")
+    return without, with_gpu
+
+
+def test_the_wheel_check_wants_the_gpu_library(lb: ModuleType, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("FIRESIDE_GPU", "cuda")
+    without, with_cuda = wheels(tmp_path, ["libllama.so", "libggml.so"], "libggml-cuda.so.0")
     lb.check(with_cuda, "native")
     with pytest.raises(SystemExit, match="no cuda backend library"):
         lb.check(without, "native")
@@ -150,11 +155,7 @@ def test_a_vulkan_bundle_wheel_must_hold_the_vulkan_library(
     monkeypatch.setattr(lb, "_is_x86", lambda: True)
     monkeypatch.setenv("FIRESIDE_BUNDLE_GPU", "vulkan")
     variants = [f"libggml-cpu-{v}.so" for v in lb.PORTABLE_X86_VARIANTS]
-    without, with_vulkan = tmp_path / "without.whl", tmp_path / "with.whl"
-    for wheel, names in ((without, variants), (with_vulkan, [*variants, "libggml-vulkan.so"])):
-        with zipfile.ZipFile(wheel, "w") as archive:
-            for name in names:
-                archive.writestr(f"llama_cpp/lib/{name}", b"")
+    without, with_vulkan = wheels(tmp_path, variants, "libggml-vulkan.so")
     lb.check(with_vulkan, "portable")
     with pytest.raises(SystemExit, match="no vulkan backend library"):
         lb.check(without, "portable")
