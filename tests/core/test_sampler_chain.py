@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import llama_cpp
+import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+from hypothesis.extra import numpy as hnp
 
 from app.core import sampler_chain
 from app.core.engine import llama_arguments
@@ -42,12 +46,34 @@ def test_the_reordered_chain_writes_the_same_tokens_as_the_stock_one(
     penalised = []
     try:
         for temp, seed in ((0.7, 1), (0.7, 2), (1.3, 3), (0.0, 4)):
+            unpenalised = written(llm, seed, temp, penalty=1.0)
             stock = written(llm, seed, temp)
             sampler_chain.install(llm)
-            fast = written(llm, seed, temp)
+            assert written(llm, seed, temp) == stock, (temp, seed)
+            assert written(llm, seed, temp, penalty=1.0) == unpenalised, (temp, seed)
             del llm._init_sampler  # the stock chain again
-            assert fast == stock, (temp, seed)
-            penalised.append(written(llm, seed, temp, penalty=1.0) != stock)
+            penalised.append(unpenalised != stock)
     finally:
         llm.close()
     assert any(penalised)  # the penalty was at work: without it the seeds write otherwise
+
+
+@given(hnp.arrays(np.float32, st.integers(1, 3000),
+                  elements=st.floats(-30, 30, width=32) | st.sampled_from([0.0, 1.0, -np.inf])),
+       st.integers(1, 200))
+def test_the_narrowed_candidates_hold_the_best_tokens_or_give_way(
+        logits: np.ndarray, need: int) -> None:
+    # Ties and -inf included: the chain must see every token that could be among its
+    # first step's `need` best, or the whole vocabulary.
+    ids = sampler_chain.narrowed(logits, need)
+    if ids is None:
+        return
+    assert len(ids) >= need
+    kept = set(ids.tolist())
+    assert all(ids[i] < ids[i + 1] for i in range(len(ids) - 1))
+    left_out = np.setdiff1d(np.arange(len(logits)), ids)
+    if len(left_out):
+        assert logits[left_out].max() < logits[ids].min()
+    best = np.sort(logits)[::-1][:need]
+    assert sorted(logits[list(kept)].tolist(), reverse=True)[:need] == best.tolist()
+
