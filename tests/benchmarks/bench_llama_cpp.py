@@ -23,7 +23,8 @@ engine and llama-bench run by run (Fireside, llama-bench, Fireside, ...):
   streamed at a time) against ``llama-bench -p 0 -n 256``;
 
 with llama-bench given Fireside's own settings (threads, batch and micro-batch, flash
-attention, KV cache type, weights read in rather than mapped). Prints the medians, the
+attention, KV cache type, weights read in rather than mapped). The engine loads the
+model again for each round, as each llama-bench run loads it. Prints the medians, the
 ratio Fireside / llama-bench (the median of the per-round ratios, and their range) and
 every way in which the two configurations still differ. ``--quick``: one round, no
 3,000-token prompt, 64 decoded tokens.
@@ -361,16 +362,20 @@ def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
                   prompts: tuple[int, ...], decode: int, libs: Path | None = None,
                   idle_s: float = 0.0, gpu_layers: int = 0) -> tuple[list[Row], list[str]]:
     vocab = read_vocab(path)
-    engine.load(path, LoadOptions(gpu_layers=str(gpu_layers) if gpu_layers else "off")).result()
-    settings = fireside_settings(engine)
+    options = LoadOptions(gpu_layers=str(gpu_layers) if gpu_layers else "off")
     rng = random.Random(1234)
     name = path.name.removesuffix(".gguf")
     rows = [Row(name, f"pp{n}") for n in prompts] + [Row(name, f"tg{decode}")]
-    # Warm-up, as llama-bench warms up before each test: first contact with the kernels.
-    fireside_prompt(engine, vocab.random_prompt(min(prompts), rng))
     config_notes: list[str] = []
     produced: list[int] = []
     for _ in range(rounds):
+        # Loaded afresh each round, as each llama-bench run loads the model: where the
+        # weights land in memory moves decoding by up to 10 % from one load to the next
+        # here (measured), and one load would tie all of Fireside's figures to one draw.
+        engine.load(path, options).result()
+        settings = fireside_settings(engine)
+        # Warm-up, as llama-bench warms up before each test: first contact with the kernels.
+        fireside_prompt(engine, vocab.random_prompt(min(prompts), rng))
         for row, n in zip(rows, [*prompts, 0], strict=True):
             if idle_s:
                 wait_for_idle(idle_s)
