@@ -6,7 +6,8 @@
   loads, which is not thread-safe; we neutralise that redirection instead, so loads
   are quiet without touching the process's descriptors.
 - The ``Llama`` constructor has no load-progress parameter; :func:`load_progress`
-  injects llama.cpp's progress callback (returning False cancels the load).
+  injects llama.cpp's progress callback (returning False cancels the load), and at its
+  first report asks for the model's buffers in 2 MB pages (``huge_pages``).
 - A llama.cpp built with AMX kernels (not by Fireside: see packaging/llama_build.py)
   crashes on Intel CPUs with AMX. Loads then keep weights out of its AMX buffer type
   (``use_extra_bufts=False``), the only way into those kernels.
@@ -32,6 +33,8 @@ import llama_cpp._internals as llama_internals
 import llama_cpp.llama as llama_module
 import llama_cpp.llama_cpp as llama_c
 from llama_cpp import llama_chat_format
+
+from app.core import huge_pages
 
 logger = logging.getLogger("fireside.llama")
 
@@ -97,8 +100,15 @@ def load_progress(on_progress: Callable[[float], bool]) -> Iterator[None]:
     ``on_progress(fraction)`` returns False to cancel the load.
     """
 
+    before = huge_pages.anonymous_regions()
+    reported = False
+
     def report(progress: float, _user_data: object) -> bool:
+        nonlocal reported
         try:
+            if not reported:  # every buffer allocated, no weight read yet
+                reported = True
+                huge_pages.advise(huge_pages.anonymous_regions() - before)
             return bool(on_progress(max(0.0, min(1.0, progress))))
         except Exception:  # an exception must not cross into C
             logger.exception("load progress callback failed")
