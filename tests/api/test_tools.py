@@ -172,7 +172,9 @@ def test_a_call_the_model_begins_on_its_own_follows_the_schema(gemma_path: Path)
     calls = 0
     try:
         with api(server) as client:
-            for seed in range(1, 9):
+            # Gemma 3 270M calls on its own in some replies only, which ones depending on
+            # the CPU's arithmetic: seeds until three calls have been checked.
+            for seed in range(1, 17):
                 reply = client.chat.completions.create(
                     model="any", tools=[WEATHER], seed=seed, max_tokens=120, messages=[
                         {"role": "user", "content": "What is the weather in Oslo right "
@@ -184,10 +186,12 @@ def test_a_call_the_model_begins_on_its_own_follows_the_schema(gemma_path: Path)
                     calls += 1
                 assert (reply.choices[0].finish_reason == "tool_calls") == bool(
                     message.tool_calls)
+                if calls >= 3:
+                    break
     finally:
         server.stop()
         core.close()
-    assert calls >= 3  # it called on its own in most of the replies
+    assert calls >= 3  # it called on its own, and every call held to the schema
 
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
