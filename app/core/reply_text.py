@@ -34,6 +34,7 @@ class ReplyText:
         self._stops = StopText(stops) if stops else None
         self._thinking: list[str] = []
         self._answer: list[str] = []
+        self._sent = False  # some of the answer has come (shown or not yet)
         self.thinking_tokens = 0
         self._thought_from = time.perf_counter() if inside else 0.0
         self._thought_until = 0.0
@@ -41,9 +42,10 @@ class ReplyText:
         # A base model that writes a line it already wrote (the user's words, again and
         # again) is looping: the reply ends before that line.
         self._repeats = stop_on_repeat
+        # Its text is shown a whole line at a time, so a repeated line is never shown.
         self._lines: set[str] = set()
-        self._line_start = 0  # where the answer's current line begins
-        self._length = 0  # of the answer so far
+        self._line = ""  # the line being written, not shown yet
+        self._newline_owed = False  # the last line shown ends with a newline, not shown yet
 
     @property
     def in_thought(self) -> bool:
@@ -91,11 +93,11 @@ class ReplyText:
             for call in tools.parse_calls(self._calls, written):
                 unique.setdefault((call.name, call.arguments), call)
             self.tool_calls = tuple(unique.values())
+        if self._repeats and not self.stopped:
+            self._show(("\n" if self._newline_owed else "") + self._line)
         answer = "".join(self._answer)
         if began:
             answer = answer.rstrip()
-        if self._repeats and self.stopped:
-            answer = answer[:self._line_start].rstrip()
         return answer, "".join(self._thinking).rstrip()
 
     @property
@@ -114,7 +116,7 @@ class ReplyText:
                 self._send(text)
             elif not self.stopped:
                 # A blank line ends it only once the answer has begun.
-                self._send(self._stops.feed(text if self._answer else text.lstrip()))
+                self._send(self._stops.feed(text if self._sent else text.lstrip()))
                 self.stopped = self.stopped or self._stops.hit
 
     def _divert(self, text: str) -> str:
@@ -127,7 +129,7 @@ class ReplyText:
             if len({(c.name, c.arguments) for c in written}) < len(written):
                 self.stopped = True
             return ""
-        if self._calls.opens_call and "".join(self._answer).strip():
+        if self._calls.opens_call and ("".join(self._answer) + self._line).strip():
             # A format whose calls open the answer: once it has begun, none comes.
             held, self._opener = self._opener.flush(), None
             return held + text
@@ -140,22 +142,29 @@ class ReplyText:
     def _send(self, text: str) -> None:
         if not text or (self._repeats and self.stopped):
             return
+        self._sent = True
+        if self._repeats:
+            text = self._whole_lines(text)
+        self._show(text)
+
+    def _show(self, text: str) -> None:
+        if not text:
+            return
         self._answer.append(text)
         if self._on_piece is not None:
             self._on_piece(text)
-        if self._repeats:
-            self._check_repeat(text)
 
-    def _check_repeat(self, text: str) -> None:
-        start = self._length
-        self._length += len(text)
-        at = text.find("\n")
-        while at >= 0:
-            end = start + at
-            line = "".join(self._answer)[self._line_start:end].strip()
-            if line and line in self._lines:
+    def _whole_lines(self, text: str) -> str:
+        """What of the lines ``text`` completes may be shown: up to a line written before
+        (then the reply is complete, without it)."""
+        *done, self._line = (self._line + text).split("\n")
+        shown = ""
+        for line in done:
+            if line.strip() and line.strip() in self._lines:
                 self.stopped = True
-                return
-            self._lines.add(line)
-            self._line_start = end + 1
-            at = text.find("\n", at + 1)
+                self._line = ""
+                return shown
+            self._lines.add(line.strip())
+            shown += ("\n" if self._newline_owed else "") + line
+            self._newline_owed = True
+        return shown

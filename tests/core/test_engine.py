@@ -175,8 +175,9 @@ def test_stop_during_generation_keeps_the_text_so_far(engine: Engine, gemma_path
     reply = handle.future.result(timeout=5)
     assert reply.stats.stopped and reply.stats.finish_reason == "stopped"
     assert reply.text == "".join(pieces)
-    # At most the token being decoded when the stop was counted comes after it.
-    assert len(pieces) - stop_sent_at[0] <= 1
+    # At most the token being decoded when the stop was counted comes after it, and the
+    # end of the line it was in (a base model's text is shown a whole line at a time).
+    assert len(pieces) - stop_sent_at[0] <= 2
 
 
 def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,
