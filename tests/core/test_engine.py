@@ -155,8 +155,11 @@ def test_jobs_run_in_submission_order(smol_engine: Engine) -> None:
     assert order == list(range(20))
 
 
-def test_stop_during_generation_keeps_the_text_so_far(engine: Engine, gemma_path: Path) -> None:
-    engine.load(gemma_path).result()
+def test_stop_during_generation_keeps_the_text_so_far(engine: Engine,
+                                                      smollm2_path: Path) -> None:
+    # An instruct model, streamed token by token (a base model's text comes a line at a
+    # time, and its story ends at the first blank line).
+    engine.load(smollm2_path).result()
     pieces: list[str] = []
     started = threading.Event()
     stop_sent_at: list[int] = []
@@ -175,9 +178,8 @@ def test_stop_during_generation_keeps_the_text_so_far(engine: Engine, gemma_path
     reply = handle.future.result(timeout=5)
     assert reply.stats.stopped and reply.stats.finish_reason == "stopped"
     assert reply.text == "".join(pieces)
-    # At most the token being decoded when the stop was counted comes after it, and the
-    # end of the line it was in (a base model's text is shown a whole line at a time).
-    assert len(pieces) - stop_sent_at[0] <= 2
+    # At most the token being decoded when the stop was counted comes after it.
+    assert len(pieces) - stop_sent_at[0] <= 1
 
 
 def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,
