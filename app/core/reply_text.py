@@ -8,6 +8,7 @@ show thinking and stop the same way.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Sequence
 
@@ -42,8 +43,10 @@ class ReplyText:
         # A base model that writes a line it already wrote (the user's words, again and
         # again) is looping: the reply ends before that line.
         self._repeats = stop_on_repeat
-        # Its text is shown a whole line at a time, so a repeated line is never shown.
+        # Its text is shown a whole line at a time, so a repeated line is never shown;
+        # a sentence it repeats, in a later line or the same one, ends the reply too.
         self._lines: set[str] = set()
+        self._sentences: set[str] = set()
         self._line = ""  # the line being written, not shown yet
         self._newline_owed = False  # the last line shown ends with a newline, not shown yet
 
@@ -94,7 +97,7 @@ class ReplyText:
                 unique.setdefault((call.name, call.arguments), call)
             self.tool_calls = tuple(unique.values())
         if self._repeats and not self.stopped:
-            self._show(("\n" if self._newline_owed else "") + self._line)
+            self._show(self._joined(self._line))
         answer = "".join(self._answer)
         if began:
             answer = answer.rstrip()
@@ -155,16 +158,56 @@ class ReplyText:
             self._on_piece(text)
 
     def _whole_lines(self, text: str) -> str:
-        """What of the lines ``text`` completes may be shown: up to a line written before
-        (then the reply is complete, without it)."""
+        """What of the lines ``text`` completes may be shown: up to a line or a sentence
+        written before (then the reply is complete, without it)."""
         *done, self._line = (self._line + text).split("\n")
         shown = ""
         for line in done:
-            if line.strip() and line.strip() in self._lines:
+            kept = self._unrepeated(line, complete=True)
+            if kept != line or (line.strip() and line.strip() in self._lines):
                 self.stopped = True
                 self._line = ""
-                return shown
+                return shown + (self._joined(kept) if kept != line and kept else "")
             self._lines.add(line.strip())
-            shown += ("\n" if self._newline_owed else "") + line
-            self._newline_owed = True
+            self._sentences.update(_sentences(line, complete=True).values())
+            shown += self._joined(line)
+        # A line that loops before it ends (one sentence again and again) ends here.
+        kept = self._unrepeated(self._line, complete=False)
+        if kept != self._line:
+            self.stopped = True
+            self._line = ""
+            shown += self._joined(kept) if kept else ""
         return shown
+
+    def _joined(self, line: str) -> str:
+        """``line`` as shown after those before it."""
+        shown = ("\n" if self._newline_owed else "") + line
+        self._newline_owed = True
+        return shown
+
+    def _unrepeated(self, line: str, complete: bool) -> str:
+        """``line`` up to its first sentence written before (all of it if none)."""
+        seen = set(self._sentences)
+        for start, sentence in _sentences(line, complete).items():
+            if sentence in seen:
+                return line[:start].rstrip()
+            seen.add(sentence)
+        return line
+
+
+# A sentence: up to its full stop, question or exclamation mark and the space after it
+# (or the line's end, once the line is complete). Four words or more: a short one
+# ("No.", "Thank you.") may well come twice in a reply that is not looping.
+_SENTENCE = re.compile(r"\S.*?[.!?]+(?=\s)")
+_MIN_WORDS = 4
+
+
+def _sentences(line: str, complete: bool) -> dict[int, str]:
+    """The sentences of ``line`` long enough to count, by where each starts, as compared
+    (case and spacing aside)."""
+    found: dict[int, str] = {}
+    for match in _SENTENCE.finditer(line + (" " if complete else "")):
+        words = match.group().lower().split()
+        if len(words) >= _MIN_WORDS:
+            found[match.start()] = " ".join(words)
+    return found

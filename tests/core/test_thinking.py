@@ -21,6 +21,7 @@ from app.core.engine import Engine
 from app.core.fireside import Fireside, SessionSettings
 from app.core.options import LoadOptions, Sampling
 from app.core.replies import Thinking
+from app.core.reply_text import ReplyText
 from app.core.store import MIGRATIONS, Store
 from app.core.thinking import HARMONY, MISTRAL, THINK, UNMARKED, ThoughtSplitter
 from tests.core.helpers import ask, user
@@ -177,6 +178,33 @@ def test_the_thought_is_stored_exported_and_never_the_title(thinking_model_path:
         assert again.reply.text.strip()
     finally:
         core.close()
+
+
+BASE_LOOPS = [
+    # (pieces as a base model writes them, what the reply is)
+    (["Hi there.\nHow are", " you?\nHi there.\nMore"], "Hi there.\nHow are you?"),
+    # A sentence again in a later line: that line is cut before it.
+    (["I love this app a lot. It works.\n", "Truly. I love this app a lot. And"],
+     "I love this app a lot. It works.\nTruly."),
+    # One sentence again and again in a line that never ends.
+    (["The cat sat on the mat. The cat sat ", "on the mat. The cat"],
+     "The cat sat on the mat."),
+    # Short sentences may come twice; a line's last words count once it is complete.
+    (["No. Yes. No. I see it", " now.\nI see it now.", "\nok"], "No. Yes. No. I see it now."),
+    (["Ends without a newline."], "Ends without a newline."),
+]
+
+
+@pytest.mark.parametrize(("pieces", "reply"), BASE_LOOPS)
+def test_a_base_models_reply_ends_before_a_line_or_sentence_it_repeats(
+        pieces: list[str], reply: str) -> None:
+    shown: list[str] = []
+    out = ReplyText(shown.append, stop_on_repeat=True)
+    for piece in pieces:
+        out.add(piece)
+    answer, _ = out.finish()
+    assert answer == reply and "".join(shown) == reply
+    assert out.stopped is (reply != "".join(pieces))
 
 
 def test_a_base_model_stops_at_a_blank_line_a_turn_marker_or_a_line_it_repeats(

@@ -74,6 +74,9 @@ def test_a_base_models_reply_ends_rather_than_running_to_the_limit(
     greedy_settings(default_model=str(gemma_path), max_tokens=200)
     window = open_window()
     for prompt in ("Hello!", "Dear friend,", "What is the capital of France?"):
+        # Each in a chat of its own: in one chat a base model copies its last reply.
+        window.chat.new_chat()
+        qtbot.waitUntil(lambda: window.controller.conversation_id is None)
         text, stats = send(qtbot, window, prompt)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         assert text.strip() and "\n\n" not in text and len(lines) == len(set(lines))
