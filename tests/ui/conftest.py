@@ -149,6 +149,17 @@ def close_window(qtbot: Any, window: MainWindow) -> None:
     gc.collect()
 
 
+def new_chat(qtbot: Any, window: MainWindow) -> None:
+    """Start a new chat and wait until the window shows it, as a person sees it before
+    typing: no conversation open, an empty transcript, none marked in the list."""
+    window.chat.new_chat()
+    qtbot.waitUntil(lambda: window.controller is not None
+                    and window.controller.conversation_id is None
+                    and not window.transcript.message_widgets()
+                    and not window.sidebar.list.currentIndex().isValid(),
+                    timeout=REPLY_TIMEOUT_MS)
+
+
 def type_and_send(qtbot: Any, window: MainWindow, text: str) -> None:
     """Type ``text`` in the composer and press Enter, as a user would."""
     qtbot.keyClicks(window.composer, text)

@@ -11,7 +11,7 @@ from PySide6.QtCore import Qt
 
 from app.ui.message_widget import MessageWidget
 from app.ui.settings_dialog import SettingsDialog
-from tests.ui.conftest import WindowFactory, greedy_settings, send
+from tests.ui.conftest import WindowFactory, greedy_settings, new_chat, send
 
 STORY = "Write a long story about a dragon who loves tea."
 
@@ -41,9 +41,7 @@ def test_the_thought_is_folded_above_a_plain_answer_and_opens_with_enter(
 
     # Opened again later, the conversation shows the same thought, folded.
     conversation = window.controller.conversation_id
-    window.chat.new_chat()
-    qtbot.waitUntil(lambda: window.controller.conversation_id is None
-                    and not window.sidebar.list.currentIndex().isValid())
+    new_chat(qtbot, window)
     listed = window.sidebar.model
     qtbot.waitUntil(lambda: listed.row_of(conversation) >= 0)
     window.sidebar.list.setCurrentIndex(listed.index(listed.row_of(conversation)))
@@ -75,8 +73,7 @@ def test_a_base_models_reply_ends_rather_than_running_to_the_limit(
     window = open_window()
     for prompt in ("Hello!", "Dear friend,", "What is the capital of France?"):
         # Each in a chat of its own: in one chat a base model copies its last reply.
-        window.chat.new_chat()
-        qtbot.waitUntil(lambda: window.controller.conversation_id is None)
+        new_chat(qtbot, window)
         text, stats = send(qtbot, window, prompt)
         lines = [line.strip() for line in text.splitlines() if line.strip()]
         assert text.strip() and "\n\n" not in text and len(lines) == len(set(lines))

@@ -25,6 +25,7 @@ from tests.ui.conftest import (
     WindowFactory,
     close_window,
     greedy_settings,
+    new_chat,
     send,
     type_and_send,
     wait_for_model_loaded,
@@ -176,8 +177,7 @@ def test_opening_another_conversation_mid_reply_keeps_each_in_its_place(
     window.prefs.max_tokens = 2000  # as the settings dialog sets it: a long reply next
     quiet = controller.conversation_id
     quiet_before = saved_messages(quiet or -1)
-    window.chat.new_chat()
-    qtbot.waitUntil(lambda: controller.conversation_id is None)
+    new_chat(qtbot, window)
     type_and_send(qtbot, window, STORY)
     qtbot.waitUntil(lambda: len(last_reply_text(window)) > 20, timeout=REPLY_TIMEOUT_MS)
     busy = controller.conversation_id
@@ -382,8 +382,7 @@ def test_a_restart_restores_the_conversations_and_the_open_one(
     assert controller is not None
     send(qtbot, window, "First conversation")
     first = controller.conversation_id
-    window.chat.new_chat()
-    qtbot.waitUntil(lambda: controller.conversation_id is None)
+    new_chat(qtbot, window)
     send(qtbot, window, "Second conversation")
     second = controller.conversation_id
     window.sidebar.list.setCurrentIndex(window.sidebar.model.index(
