@@ -397,8 +397,11 @@ def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
                 row.fireside.append(rate)
                 produced.append(count)
                 depths.add(depth)
+                # The same steps at the same depth: a reply that ended early (a base
+                # model's blank line) decoded at a shallower depth on average.
+                steps = max(1, min(decode, count - 1))
                 result = run_llama_bench(binary, path, ["-d", str(depth), "-p", "0",
-                                                        "-n", str(decode)],
+                                                        "-n", str(steps)],
                                          settings, prompt=False, libs=libs)
             row.bench.append(float(result["avg_ts"]))
             for diff in differences(settings, result, prompt=bool(n)):
@@ -407,9 +410,9 @@ def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
             print(f"  {name} {row.test}: Fireside {row.fireside[-1]:8.1f} tok/s, "
                   f"llama-bench {row.bench[-1]:8.1f} tok/s  (load {load_average()})",
                   flush=True)
-    rows[-1].note = (f"Fireside timed {min(produced) - 1}-{max(produced) - 1} steps "
-                     f"(llama-bench {decode}), both after "
-                     f"{'/'.join(str(d) for d in sorted(depths))} prompt tokens")
+    low, high = (min(decode, n - 1) for n in (min(produced), max(produced)))
+    rows[-1].note = (f"{low}-{high} steps timed, the same on both sides in each round, "
+                     f"after {'/'.join(str(d) for d in sorted(depths))} prompt tokens")
     config_notes.append(f"n_ctx: Fireside {settings['n_ctx']} (its default context), "
                         "llama-bench the test's own length (p + n)")
     return rows, config_notes
