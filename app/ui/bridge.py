@@ -2,9 +2,10 @@
 and the calls of a reply.
 
 Both are called on the inference thread and emit a signal that Qt queues to the GUI
-thread. Streamed pieces are batched: a signal is emitted only when the batch was
-empty, and the GUI takes everything that arrived since, so a busy GUI thread gets
-fewer, larger updates instead of a growing backlog of events.
+thread. Streamed pieces are batched: a signal is emitted only when the GUI waits for
+one (its last take found nothing), and the GUI takes everything that arrived since, so
+a busy GUI thread gets fewer, larger updates instead of a growing backlog of events,
+and a GUI that comes back on its own (each frame) is not woken for each piece.
 """
 
 from __future__ import annotations
@@ -26,20 +27,23 @@ class PieceStream(QObject):
         super().__init__(parent)
         self._lock = threading.Lock()
         self._parts: list[str] = []
+        self._waited = True  # the GUI waits for ``arrived`` (its last take found nothing)
 
     def put(self, text: str) -> None:
         """Inference thread: queue a piece of the reply."""
         with self._lock:
-            first = not self._parts
             self._parts.append(text)
-        if first:
+            wake, self._waited = self._waited, False
+        if wake:
             self.arrived.emit()
 
     def take(self) -> tuple[str, str]:
         """GUI thread: the (thinking, answer) that arrived since the last take(); a reply
-        thinks first, so the thinking comes before the answer's text."""
+        thinks first, so the thinking comes before the answer's text. Taking nothing
+        means waiting: the next piece emits ``arrived``; else the GUI comes back itself."""
         with self._lock:
             parts, self._parts = self._parts, []
+            self._waited = not any(parts)
         return ("".join(p for p in parts if isinstance(p, Thinking)),
                 "".join(p for p in parts if not isinstance(p, Thinking)))
 
