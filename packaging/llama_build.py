@@ -50,7 +50,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # app/, before it is installed
 
-from app.core import native_check  # the standard library only: usable before set-up
+from app.core.llama import native_check  # the standard library only: usable before set-up
 
 LLAMA_VERSION = "0.3.36"
 WHEELS = Path.home() / ".cache" / "fireside-build" / "wheels"
@@ -286,7 +286,7 @@ def portable_cmake_args() -> list[str]:
         return ["-DGGML_NATIVE=OFF", "-DLLAVA_BUILD=OFF"]
     # Runtime CPU-variant selection: ggml loads the best libggml-cpu-*.so it finds. The
     # variants go beside libllama so the bundle keeps them in llama_cpp/lib, and so does
-    # a GPU backend (loaded by app/core/gpu_backends.py where its driver is).
+    # a GPU backend (loaded by app/core/llama/gpu_backends.py where its driver is).
     return ["-DGGML_NATIVE=OFF", "-DGGML_BACKEND_DL=ON", "-DGGML_CPU_ALL_VARIANTS=ON",
             "-DCMAKE_INSTALL_BINDIR=llama_cpp/lib", "-DLLAVA_BUILD=OFF",
             *gpu_cmake_args(bundle_gpu(), CudaFound())]

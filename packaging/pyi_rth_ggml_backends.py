@@ -5,8 +5,8 @@ llama_cpp/lib, and may ship a GPU backend (Vulkan) beside them. They are registe
 from the bundle before llama.cpp starts: when llama_cpp is first imported, so the
 window's start does not pay for it. Which CPU level is registered is checked first,
 once per CPU, by decoding a batch in a child process, so a level whose kernels crash
-here is passed over (app/core/cpu_backends.py); a GPU backend whose driver is missing
-is passed over too (app/core/gpu_backends.py).
+here is passed over (app/core/llama/cpu_backends.py); a GPU backend whose driver is missing
+is passed over too (app/core/llama/gpu_backends.py).
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ import os
 import sys
 from pathlib import Path
 
-from app.core import bundled, cpu_backends, gpu_backends
+from app.core.llama import cpu_backends, gpu_backends
+from app.core.models import bundled
 
 
 class _BeforeLlamaCpp(importlib.abc.MetaPathFinder):

@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core import bundled, sources
+from app.core.models import bundled, sources
 
 if TYPE_CHECKING:
     from tests.reference import Reference

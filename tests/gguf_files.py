@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 from gguf import GGUFValueType, GGUFWriter
 
-from app.core.gguf import ValueType, read_header
+from app.core.models.gguf import ValueType, read_header
 
 MetadataValue = str | int | float | bool | Sequence[Any]
 

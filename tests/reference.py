@@ -27,8 +27,9 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import llama_chat_format
 
-from app.core import gguf, llama_runtime  # noqa: F401 - llama_runtime routes llama.cpp's log
-from app.core.engine import llama_arguments
+from app.core.llama import llama_runtime  # noqa: F401 - llama_runtime routes llama.cpp's log
+from app.core.llama.engine import llama_arguments
+from app.core.models import gguf
 from app.core.options import LoadOptions, Sampling, default_context
 
 Messages = Sequence[dict[str, str]]

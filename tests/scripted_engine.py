@@ -19,7 +19,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 
-from app.core import gguf, templates
 from app.core.backend import (
     LoadCancelled,
     LoadedModel,
@@ -33,9 +32,11 @@ from app.core.backend import (
     plan_prompt,
     reusable_prefix,
 )
+from app.core.models import gguf
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import FinishReason, Reply, ReplyStats, ToolCall
-from app.core.templates import Segment
+from app.core.reply import templates
+from app.core.reply.replies import FinishReason, Reply, ReplyStats, ToolCall
+from app.core.reply.templates import Segment
 
 WORDS = ("amber", "birch", "cedar", "delta", "ember", "fjord", "grove", "heath", "inlet",
          "juniper", "kestrel", "lichen", "meadow", "nettle", "orchard", "pebble")

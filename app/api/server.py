@@ -36,7 +36,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from app.core.backend import ReplyHandle
-from app.core.completions import (
+from app.core.conversations.completions import (
     Answer,
     ApiError,
     CompletionRequest,
@@ -47,9 +47,9 @@ from app.core.completions import (
     read_request,
 )
 from app.core.fireside import Fireside
-from app.core.replies import Thinking
+from app.core.reply.replies import Thinking
+from app.core.reply.stop_text import StopText
 from app.core.settings import API_PORT as DEFAULT_PORT
-from app.core.stop_text import StopText
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

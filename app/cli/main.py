@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from app.core.options import FLASH_ATTENTION, KV_CACHE_BYTES, checked_gpu_layers
-from app.core.thinking import THINKING_CHOICES
+from app.core.reply.thinking import THINKING_CHOICES
 
 
 class _VersionAction(argparse.Action):
@@ -196,8 +196,8 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
 
 def _models(args: argparse.Namespace) -> int:
     from app.core import settings  # noqa: PLC0415
-    from app.core.catalog import SERVER_PREFIX  # noqa: PLC0415
-    from app.core.library import ModelLibrary  # noqa: PLC0415
+    from app.core.models.catalog import SERVER_PREFIX  # noqa: PLC0415
+    from app.core.models.library import ModelLibrary  # noqa: PLC0415
 
     loaded = settings.load()
     if loaded.problem:
@@ -210,7 +210,7 @@ def _models(args: argparse.Namespace) -> int:
     from app.cli.servers import print_listing  # noqa: PLC0415
 
     if args.json:
-        from app.core import devices, offload  # noqa: PLC0415 - loads llama.cpp
+        from app.core.llama import devices, offload  # noqa: PLC0415 - loads llama.cpp
 
         found = devices.list_devices()
         unavailable = devices.gpu_support(found)
@@ -249,7 +249,7 @@ def _models(args: argparse.Namespace) -> int:
 
 
 def _devices(args: argparse.Namespace) -> int:
-    from app.core import devices, memory  # noqa: PLC0415 - loads llama.cpp
+    from app.core.llama import devices, memory  # noqa: PLC0415 - loads llama.cpp
 
     found = devices.list_devices()
     if args.json:
@@ -267,8 +267,8 @@ def _devices(args: argparse.Namespace) -> int:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from app.core import export  # noqa: PLC0415
-    from app.core.store import StoreError, open_store  # noqa: PLC0415
+    from app.core.conversations import export  # noqa: PLC0415
+    from app.core.conversations.store import StoreError, open_store  # noqa: PLC0415
 
     try:
         store = open_store()

@@ -7,9 +7,10 @@ import argparse
 import json
 import sys
 
-from app.core import servers, settings
-from app.core.library import ModelLibrary
-from app.core.servers import Listing
+from app.core import settings
+from app.core.models.library import ModelLibrary
+from app.core.remote import servers
+from app.core.remote.servers import Listing
 
 
 def print_listing(listing: Listing, models_only: bool = False) -> None:

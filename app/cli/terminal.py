@@ -20,13 +20,21 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO, TypeVar
 
-from app.core import mcp_tools, tools
 from app.core.backend import EngineError, LoadedModel
-from app.core.chat import ALLOW_ALWAYS, ALLOW_ONCE, DENY, ChatResult, ChatTurn, ToolHooks
+from app.core.conversations.chat import (
+    ALLOW_ALWAYS,
+    ALLOW_ONCE,
+    DENY,
+    ChatResult,
+    ChatTurn,
+    ToolHooks,
+)
+from app.core.conversations.store import StoreError
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
 from app.core.options import DEFAULT_BATCH
-from app.core.replies import Thinking, ToolRun
-from app.core.store import StoreError
+from app.core.reply import tool_calls
+from app.core.reply.replies import Thinking, ToolRun
+from app.core.tools import mcp_tools
 
 T = TypeVar("T")
 
@@ -169,7 +177,7 @@ def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | N
     """The servers of ``--tools`` for this session, started now; why not, if they cannot
     be used. Without ``--tools`` the terminal calls no tool."""
     if args.tools is None:
-        if args.tool_choice != tools.AUTO or args.allow_tools:
+        if args.tool_choice != tool_calls.AUTO or args.allow_tools:
             return "--tool-choice and --allow-tools go with --tools FILE."
         return None
     try:
@@ -185,7 +193,7 @@ def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | N
     for problem in problems:  # the others' tools are there
         out.notice(problem)
     names = [t.name for t in listed]
-    if args.tool_choice not in (tools.AUTO, tools.NONE, tools.REQUIRED, *names):
+    if args.tool_choice not in (tool_calls.AUTO, tool_calls.NONE, tool_calls.REQUIRED, *names):
         return (f"--tool-choice {args.tool_choice}: no tool has that name "
                 f"(the servers have {', '.join(names) or 'none'}).")
     return None

@@ -1,7 +1,7 @@
 """What the chat service needs from whatever produces replies: the ``Backend`` interface,
 and ``OneThreadBackend``, the thread and queue that make one.
 
-The local engine (:mod:`app.core.engine`, llama.cpp on that one thread) is one; the
+The local engine (:mod:`app.core.llama.engine`, llama.cpp on that one thread) is one; the
 tests' scripted engine is another, on the same thread and queue. Everything here is
 plain Python, so code that only drives a backend never loads llama.cpp.
 """
@@ -14,17 +14,13 @@ from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
-from app.core import thinking
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import Reply
-from app.core.seq_states import StateCache
-from app.core.templates import ChatTemplate, Segment
-from app.core.tools import ToolPlan
-
-if TYPE_CHECKING:
-    from app.core.offload import Plan
+from app.core.reply import thinking
+from app.core.reply.replies import Reply
+from app.core.reply.templates import ChatTemplate, Segment
+from app.core.reply.tool_calls import ToolPlan
 
 T = TypeVar("T")
 
@@ -59,6 +55,41 @@ class EngineClosed(EngineError):
         super().__init__("Fireside is shutting down.")
 
 
+class Placement(Protocol):
+    """Where a loaded model's layers are: the local engine's offload plan."""
+
+    @property
+    def gpu_layers(self) -> int: ...
+
+    @property
+    def n_layers(self) -> int: ...
+
+    @property
+    def device(self) -> str | None: ...
+
+    @property
+    def device_bytes(self) -> int:
+        """Memory it takes on the GPU."""
+        ...
+
+    @property
+    def where(self) -> str:
+        """Beside the loaded model: "GPU 40/63", "CPU"."""
+        ...
+
+    def summary(self) -> str:
+        """Where the layers go and the memory on each side."""
+        ...
+
+
+class KeptStates(NamedTuple):
+    """The sequence states a backend keeps for conversations left."""
+
+    histories: int  # that can be restored
+    memory: int  # bytes
+    disk: int
+
+
 @dataclass(frozen=True)
 class LoadedModel:
     path: Path
@@ -75,7 +106,7 @@ class LoadedModel:
     # blank line or the user's next turn.
     stops: tuple[str, ...] = ()
     notice: str | None = None  # what the user should know of how it loaded
-    placement: Plan | None = None  # where its layers are (None: a server's model)
+    placement: Placement | None = None  # where its layers are (None: a server's model)
 
     @property
     def thinks(self) -> bool:
@@ -189,9 +220,8 @@ class Backend(Protocol):
         """Stop the running reply and any queued ones; their text so far is kept."""
         ...
 
-    @property
-    def states(self) -> StateCache:
-        """Sequence states kept for conversations left (empty where none are kept)."""
+    def kept_states(self) -> KeptStates:
+        """Sequence states kept for conversations left (none where none are kept)."""
         ...
 
     def clear_states(self) -> Future[None]: ...
@@ -221,13 +251,11 @@ class OneThreadBackend:
     ``_unload`` (called on that thread, the last one when it ends).
     """
 
-    def __init__(self, thread_name: str, states: StateCache | None = None) -> None:
+    def __init__(self, thread_name: str) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._loaded: LoadedModel | None = None
         self._load_cancels: set[threading.Event] = set()  # one per queued or running load
         self._replies: set[ReplyHandle] = set()
-        # On this thread only; a backend that keeps states fills it.
-        self._states = states if states is not None else StateCache()
         self._closing = threading.Event()
         self._lock = threading.Lock()
         self._thread = threading.Thread(target=self._serve, name=thread_name, daemon=True)
@@ -259,13 +287,12 @@ class OneThreadBackend:
 
         return self._submit(run)
 
-    @property
-    def states(self) -> StateCache:
-        return self._states
+    def kept_states(self) -> KeptStates:
+        return KeptStates(0, 0, 0)  # a backend that keeps states says what it keeps
 
     def clear_states(self) -> Future[None]:
         """Forget the sequence states kept (on the thread that uses them)."""
-        return self._submit(self._states.clear)
+        return self._submit(self._clear_states)
 
     def forget_states(self, owner: int) -> Future[None]:
         return self._submit(lambda: self._forget(owner))
@@ -363,8 +390,11 @@ class OneThreadBackend:
     def _unload(self) -> None:
         raise NotImplementedError
 
+    def _clear_states(self) -> None:
+        """Forget every state kept (none here)."""
+
     def _forget(self, owner: int) -> None:
-        self._states.forget(owner)
+        """Forget what is kept of conversation ``owner`` (nothing here)."""
 
     def _leave(self) -> None:
         """The last thing the thread does, as the backend closes."""

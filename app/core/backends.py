@@ -12,10 +12,16 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 
-from app.core import servers
-from app.core.backend import Backend, LoadedModel, PieceCallback, PromptBuilder, ReplyHandle
+from app.core.backend import (
+    Backend,
+    KeptStates,
+    LoadedModel,
+    PieceCallback,
+    PromptBuilder,
+    ReplyHandle,
+)
 from app.core.options import LoadOptions, Sampling
-from app.core.seq_states import StateCache
+from app.core.remote import servers
 
 
 class Backends:
@@ -61,9 +67,8 @@ class Backends:
         self.local.stop()
         self.remote.stop()
 
-    @property
-    def states(self) -> StateCache:
-        return self.local.states  # a server keeps its own
+    def kept_states(self) -> KeptStates:
+        return self.local.kept_states()  # a server keeps its own
 
     def clear_states(self) -> Future[None]:
         return self.local.clear_states()

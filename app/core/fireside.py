@@ -39,9 +39,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from app.core import cpu_backends, devices, offload, paths, servers, settings
+from app.core import paths, settings
 from app.core.backend import (
     Backend,
+    KeptStates,
     LoadCancelled,
     LoadedModel,
     NoModelLoaded,
@@ -49,12 +50,14 @@ from app.core.backend import (
     PromptBuilder,
     ReplyHandle,
 )
-from app.core.catalog import ModelEntry
-from app.core.chat import ChatService, ChatTurn, ToolHooks, Tooling
-from app.core.library import ModelLibrary
+from app.core.conversations.chat import ChatService, ChatTurn, ToolHooks, Tooling
+from app.core.conversations.store import Conversation, Message, Store, StoreError, open_store
+from app.core.llama import cpu_backends, devices, offload
+from app.core.models.catalog import ModelEntry
+from app.core.models.library import ModelLibrary
 from app.core.options import LoadOptions, Sampling
-from app.core.store import Conversation, Message, Store, StoreError, open_store
-from app.core.toolbox import Toolbox
+from app.core.remote import servers
+from app.core.tools.toolbox import Toolbox
 
 logger = logging.getLogger(__name__)
 
@@ -148,14 +151,14 @@ class Fireside:
         except StoreError as err:
             store, store_error = Store(":memory:"), str(err)
         if engine is None:
-            from app.core.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
+            from app.core.llama.engine import Engine  # noqa: PLC0415 - llama.cpp: only when needed
 
             engine = Engine(states_dir=paths.cache_dir() / "states")
             # A GPU's first memory query sets up its driver context (a fraction of a
             # second): here, not when the window first lists the models.
             devices.survey()
         from app.core.backends import Backends  # noqa: PLC0415
-        from app.core.remote import RemoteBackend  # noqa: PLC0415
+        from app.core.remote.server_backend import RemoteBackend  # noqa: PLC0415
 
         known = prefs  # read at each load: servers added later are found too
         engine = Backends(engine, RemoteBackend(
@@ -244,6 +247,14 @@ class Fireside:
         found = offload.freed(hardware.devices, current.placement if current else None)
         return offload.for_entry(entry, self.load_options(entry.path), found,
                                  hardware.unavailable)
+
+    def kept_states(self) -> KeptStates:
+        """The conversations' sequence states kept, in memory and on disk (any thread)."""
+        return self.engine.kept_states()
+
+    def clear_kept_states(self) -> Future[None]:
+        """Forget every kept sequence state (on the inference thread, after its work)."""
+        return self.engine.clear_states()
 
     def sampling(self, path: Path | str | None = None) -> Sampling:
         model = path if path is not None else self._model_path()

@@ -14,8 +14,8 @@ from typing import Any
 
 from app.core import paths
 from app.core.options import LoadOptions, Sampling
-from app.core.servers import READ_TIMEOUT_S
-from app.core.thinking import THINKING_CHOICES
+from app.core.remote.servers import READ_TIMEOUT_S
+from app.core.reply.thinking import THINKING_CHOICES
 
 logger = logging.getLogger(__name__)
 

@@ -57,9 +57,7 @@ def run(args: argparse.Namespace) -> int:
     app.exec()
     release_signals()
     if window.controller is not None and not window.is_shut_down:
-        from app.core.fireside import EXIT_CLOSE_S  # noqa: PLC0415 - loaded by the controller
-
-        window.controller.core.engine.close(timeout=EXIT_CLOSE_S)  # the loop ended some other way
+        window.controller.core.close()  # the loop ended some other way: bounded, as ever
     if "app.ui.event_loop" in sys.modules:
         from app.ui import event_loop  # noqa: PLC0415 - only if the core was started
 

@@ -14,7 +14,7 @@ import threading
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.replies import Thinking
+from app.core.reply.replies import Thinking
 
 
 class PieceStream(QObject):

@@ -19,10 +19,10 @@ from typing import Any
 from PySide6.QtCore import QObject, Signal
 
 from app.core.backend import EngineError
-from app.core.chat import ChatTurn, ToolHooks
+from app.core.conversations.chat import ChatTurn, ToolHooks
+from app.core.conversations.store import Conversation, StoreError
 from app.core.fireside import Fireside, Rewound
-from app.core.replies import ToolRun
-from app.core.store import Conversation, StoreError
+from app.core.reply.replies import ToolRun
 from app.ui import event_loop, notices
 from app.ui.bridge import PieceStream, ToolRelay
 from app.ui.event_loop import read, wait

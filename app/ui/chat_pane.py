@@ -17,13 +17,13 @@ from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QAbstractItemView
 
-from app.core import servers
 from app.core.backend import LoadedModel
-from app.core.catalog import ModelEntry
+from app.core.conversations.store import Message
 from app.core.fireside import Fireside
-from app.core.replies import ReplyStats
-from app.core.sources import Source
-from app.core.store import Message
+from app.core.models.catalog import ModelEntry
+from app.core.models.sources import Source
+from app.core.remote import servers
+from app.core.reply.replies import ReplyStats
 from app.ui import desktop, event_loop, notices
 from app.ui.api_host import ApiHost
 from app.ui.chat_controller import ChatController
@@ -120,7 +120,7 @@ class ChatPane(QObject):
         dialog.servers_changed.connect(self.models.ask_servers)
         dialog.tools_changed.connect(self._on_tools_changed)
         dialog.api_page.changed.connect(self.api.apply)
-        dialog.set_states_source(self.models.core.engine.states.usage)
+        dialog.set_states_source(self.models.core.kept_states)
         dialog.hardware_page.set_survey(self.models.core.hardware)
         dialog.clear_states_requested.connect(self._on_clear_states_requested)
         dialog.api_page.show_status(self.api.status())
@@ -132,7 +132,7 @@ class ChatPane(QObject):
 
     def _on_clear_states_requested(self) -> None:
         async def clear() -> None:
-            await event_loop.wait(self.models.core.engine.clear_states())
+            await event_loop.wait(self.models.core.clear_kept_states())
             if self._settings is not None:
                 self._settings.show_saved_states()
 

@@ -11,7 +11,7 @@ from PySide6.QtCore import QAbstractListModel, QModelIndex, QPersistentModelInde
 from PySide6.QtWidgets import QWidget
 
 if TYPE_CHECKING:
-    from app.core.store import Conversation
+    from app.core.conversations.store import Conversation
 
 Index = QModelIndex | QPersistentModelIndex
 

@@ -20,7 +20,7 @@ os.environ.setdefault("QT_API", "pyside6")  # qasync must pick PySide6
 import qasync
 from PySide6.QtWidgets import QApplication
 
-from app.core.store import StoreError
+from app.core.conversations.store import StoreError
 from app.ui import notices
 
 T = TypeVar("T")

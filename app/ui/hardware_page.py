@@ -1,6 +1,6 @@
 """Settings → Hardware: the devices llama.cpp sees, and how much of a model goes to a GPU.
 
-The list is what llama.cpp itself reports (app/core/devices.py), read again each time
+The list is what llama.cpp itself reports (app/core/llama/devices.py), read again each time
 the page is shown, since free memory changes with what else runs.
 """
 
@@ -20,8 +20,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.devices import Hardware
-from app.core.memory import format_bytes
+from app.core.llama.devices import Hardware
+from app.core.llama.memory import format_bytes
 from app.core.options import GPU_LAYERS, checked_gpu_layers
 from app.core.settings import Settings
 from app.ui.form_parts import note

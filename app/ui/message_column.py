@@ -30,7 +30,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.replies import ReplyStats, ToolRun
+from app.core.reply.replies import ReplyStats, ToolRun
 from app.ui.message_widget import MessageWidget
 
 COLUMN_WIDTH = 860  # the widest the column grows: lines stay readable

@@ -18,7 +18,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.replies import ReplyStats, ToolRun, describe
+from app.core.reply.replies import ReplyStats, ToolRun, describe
 from app.ui.live_reply import LiveReply
 from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
 from app.ui.message_text import MessageText

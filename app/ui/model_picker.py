@@ -24,8 +24,8 @@ if TYPE_CHECKING:
     from PySide6.QtGui import QPaintEvent
     from PySide6.QtWidgets import QStyleOptionViewItem
 
-    from app.core.catalog import ModelEntry
-    from app.core.offload import Plan
+    from app.core.llama.offload import Plan
+    from app.core.models.catalog import ModelEntry
 
 Index = QModelIndex | QPersistentModelIndex
 
@@ -44,7 +44,7 @@ def details(entry: ModelEntry, options: LoadOptions | None = None,
     if entry.architecture == "remote":
         context = f" · {entry.context_length:,}-token context" if entry.context_length else ""
         return f"Runs on the server{context}"
-    from app.core import memory  # noqa: PLC0415 - reads headers: not before the first paint
+    from app.core.llama import memory  # noqa: PLC0415 - reads headers: not before the first paint
 
     parts = [d for d in ("Base model" if entry.base_model else None, entry.size_label,
                          entry.quantization) if d]
@@ -60,7 +60,7 @@ def details(entry: ModelEntry, options: LoadOptions | None = None,
 
 
 def source_of(entry: ModelEntry) -> str:
-    from app.core.catalog import source_label  # noqa: PLC0415 - not before the first paint
+    from app.core.models.catalog import source_label  # noqa: PLC0415 - not before the first paint
 
     return source_label(entry.source)
 

@@ -23,8 +23,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core import secrets, servers
-from app.core.servers import Listing, Server
+from app.core.remote import secrets, servers
+from app.core.remote.servers import Listing, Server
 from app.core.settings import Settings
 from app.ui.form_parts import button_row, line_edit, note
 

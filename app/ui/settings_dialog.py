@@ -35,11 +35,11 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core import sources
+from app.core.backend import KeptStates
+from app.core.models import sources
 from app.core.options import DEFAULT_BATCH
-from app.core.seq_states import Usage
+from app.core.reply.templates import BUILTIN_TEMPLATES
 from app.core.settings import MODEL_FIELDS
-from app.core.templates import BUILTIN_TEMPLATES
 from app.ui.api_page import ApiPage
 from app.ui.form_parts import note
 from app.ui.hardware_page import HardwarePage, gpu_layers_box, gpu_layers_value
@@ -48,9 +48,9 @@ from app.ui.theme import THEMES
 from app.ui.tools_page import ToolsPage
 
 if TYPE_CHECKING:
-    from app.core.catalog import ModelEntry
+    from app.core.models.catalog import ModelEntry
+    from app.core.models.sources import Source
     from app.core.settings import Settings
-    from app.core.sources import Source
 
 SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
 MIN_CONTEXT = 256
@@ -336,7 +336,7 @@ class SettingsDialog(QDialog):
         row.addWidget(self.saved_states, 1)
         row.addWidget(clear_states)
         form.addRow("Conversations left", row)
-        self._states_source: Callable[[], Usage] = lambda: Usage(0, 0, 0)
+        self._states_source: Callable[[], KeptStates] = lambda: KeptStates(0, 0, 0)
         self._states_timer = QTimer(self)
         self._states_timer.setInterval(1000)  # while the dialog is open
         self._states_timer.timeout.connect(self.show_saved_states)
@@ -471,7 +471,7 @@ class SettingsDialog(QDialog):
 
     # Models ----------------------------------------------------------------------
 
-    def set_states_source(self, source: Callable[[], Usage]) -> None:
+    def set_states_source(self, source: Callable[[], KeptStates]) -> None:
         """Where the count and the bytes of the states kept are read (any thread)."""
         self._states_source = source
         self.show_saved_states()

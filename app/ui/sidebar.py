@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     from PySide6.QtGui import QPainter
     from PySide6.QtWidgets import QStyleOptionViewItem
 
-    from app.core.store import Conversation
+    from app.core.conversations.store import Conversation
 
 SEARCH_DELAY_MS = 150
 

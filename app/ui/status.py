@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 if TYPE_CHECKING:
-    from app.core.offload import Plan
-    from app.core.replies import ReplyStats
+    from app.core.llama.offload import Plan
+    from app.core.reply.replies import ReplyStats
 
 
 class StatusLine(QWidget):

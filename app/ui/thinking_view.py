@@ -13,7 +13,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QToolButton, QVBoxLayout, QWidget
 
-from app.core.replies import ReplyStats, thought_for
+from app.core.reply.replies import ReplyStats, thought_for
 from app.ui.message_text import MessageText
 
 THINKING = "Thinking…"

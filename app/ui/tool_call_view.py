@@ -19,8 +19,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.chat import ALLOW_ALWAYS, ALLOW_ONCE, DENY
-from app.core.replies import ToolRun
+from app.core.conversations.chat import ALLOW_ALWAYS, ALLOW_ONCE, DENY
+from app.core.reply.replies import ToolRun
 
 _STATUS = {"asking": "asks to run", "running": "running…", "done": "done",
            "denied": "denied", "failed": "failed", "stopped": "stopped"}

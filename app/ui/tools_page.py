@@ -30,8 +30,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from app.core.mcp_tools import McpError, McpServer, read_config
 from app.core.settings import Settings
+from app.core.tools.mcp_tools import McpError, McpServer, read_config
 from app.ui.form_parts import button_row, line_edit, note
 
 NAME_ROLE = Qt.ItemDataRole.UserRole

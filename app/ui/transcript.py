@@ -17,8 +17,8 @@ from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase
 from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 
-from app.core.replies import ReplyStats, ToolRun
-from app.core.store import Message
+from app.core.conversations.store import Message
+from app.core.reply.replies import ReplyStats, ToolRun
 from app.ui.bridge import PieceStream
 from app.ui.message_column import Entry, MessageColumn
 from app.ui.message_widget import MessageWidget, mix, theme_for

@@ -48,9 +48,9 @@ from app.ui.status import StatusLine
 from app.ui.top_bar import TopBar
 
 if TYPE_CHECKING:
+    from app.core.conversations.store import Conversation
     from app.core.fireside import Fireside
     from app.core.settings import Settings
-    from app.core.store import Conversation
     from app.ui.chat_controller import ChatController
     from app.ui.chat_pane import ChatPane
     from app.ui.settings_dialog import SettingsDialog

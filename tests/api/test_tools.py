@@ -18,10 +18,11 @@ import psutil
 import pytest
 
 from app.api.server import LocalServer
-from app.core import llama_runtime, settings
-from app.core.engine import Engine
+from app.core import settings
 from app.core.fireside import Fireside
-from app.core.mcp_tools import McpConnection, McpServer
+from app.core.llama import llama_runtime
+from app.core.llama.engine import Engine
+from app.core.tools.mcp_tools import McpConnection, McpServer
 from tests.model_server import free_port
 
 BOOK = {"type": "function", "function": {

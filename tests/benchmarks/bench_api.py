@@ -84,7 +84,7 @@ def main(rounds: int) -> int:
     import qasync
 
     from app.core import settings
-    from app.core.completions import read_request
+    from app.core.conversations.completions import read_request
     from app.ui.window import MainWindow
     from tests.heartbeat import INTERVAL_S, Heartbeat
     from tests.model_server import free_port

@@ -24,7 +24,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, cpu_backends
+from app.core.llama import cpu_backends
+from app.core.models import bundled
 
 # A portable build (build/package-venv) registers the CPU level it checks, as the bundle's
 # runtime hook does; a native build has its CPU code linked in.
@@ -34,7 +35,7 @@ if cpu_backends.variant_files(_LIB):
 
 import llama_cpp  # noqa: E402
 
-from app.core import llama_runtime, native_check  # noqa: E402, F401 - routes the log
+from app.core.llama import llama_runtime, native_check  # noqa: E402, F401 - routes the log
 
 ROUNDS = 2
 PROMPT_TOKENS = 3000

@@ -24,9 +24,9 @@ import llama_cpp
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, templates
-from app.core.chat import ChatService
-from app.core.engine import (
+from app.core.conversations.chat import ChatService
+from app.core.conversations.store import Store
+from app.core.llama.engine import (
     Engine,
     PromptPlan,
     Sampling,
@@ -34,8 +34,9 @@ from app.core.engine import (
     default_threads,
     llama_arguments,
 )
+from app.core.models import bundled
 from app.core.options import LoadOptions
-from app.core.store import Store
+from app.core.reply import templates
 
 SMOL = bundled.bundled_dir() / bundled.DEFAULT_MODEL_FILE
 GEMMA = bundled.bundled_dir() / bundled.GEMMA_FILE

@@ -17,11 +17,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, devices, templates
 from app.core.backend import PromptPlan, Session
-from app.core.engine import Engine
+from app.core.llama import devices
+from app.core.llama.engine import Engine
+from app.core.models import bundled
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import ReplyStats
+from app.core.reply import templates
+from app.core.reply.replies import ReplyStats
 
 LONG = " ".join(f"word{i}" for i in range(700))  # about 3,000 tokens
 

@@ -4,7 +4,7 @@
 
 For each bundled model, loaded by Fireside's engine with an 8,192-token context and
 flash attention on: the KV cache's size as Fireside estimates it before loading
-(app/core/memory.py) and as llama.cpp reports allocating it (its log line
+(app/core/llama/memory.py) and as llama.cpp reports allocating it (its log line
 ``llama_kv_cache: size = ...``), and greedy decoding of 128 tokens, f16 and q8_0 in
 turn (rounds alternated), medians.
 """
@@ -20,10 +20,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, gguf, memory, templates
 from app.core.backend import PromptPlan, Session
-from app.core.engine import Engine
+from app.core.llama import memory
+from app.core.llama.engine import Engine
+from app.core.models import bundled, gguf
 from app.core.options import LoadOptions, Sampling
+from app.core.reply import templates
 
 N_CTX = 8192
 SIZE = re.compile(r"llama_kv_cache: size = +([\d.]+) MiB")

@@ -60,7 +60,8 @@ def main(replies: int) -> int:
         import qasync
         from PySide6.QtWidgets import QApplication
 
-        from app.core import engine, settings
+        from app.core import settings
+        from app.core.llama import engine
         from app.ui import message_widget, theme
         from app.ui.window import MainWindow
         from tests.benchmarks.bench_window import ready

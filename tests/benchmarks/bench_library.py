@@ -35,8 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from gguf import GGUFWriter  # noqa: E402
 
-from app.core import bundled, catalog, watch  # noqa: E402
-from app.core.gguf import clear_cache, read_header  # noqa: E402
+from app.core.models import bundled, catalog, watch  # noqa: E402
+from app.core.models.gguf import clear_cache, read_header  # noqa: E402
 from tests.gguf_files import copy_with_metadata  # noqa: E402
 
 LIBRARY = Path(tempfile.gettempdir()) / "fireside-bench-library-v1"
@@ -46,7 +46,7 @@ WARM_TARGET_S = 0.3
 SCAN = """
 import json, sys, time
 from pathlib import Path
-from app.core import catalog
+from app.core.models import catalog
 start = time.perf_counter()
 entries = catalog.scan([(Path(sys.argv[1]), catalog.MODELS_FOLDER)])
 seconds = time.perf_counter() - start

@@ -27,7 +27,7 @@ engine and llama-bench run by run (Fireside, llama-bench, Fireside, ...):
 
 with llama-bench given Fireside's own settings (threads, batch and micro-batch, flash
 attention, KV cache type, weights read in rather than mapped). One difference stays:
-Fireside asks for its weights in 2 MB pages (app/core/huge_pages.py), which a system
+Fireside asks for its weights in 2 MB pages (app/core/llama/huge_pages.py), which a system
 set to ``madvise`` gives llama-bench only where it asks, and it does not. The engine loads the
 model again for each round, as each llama-bench run loads it. Prints the medians, the
 ratio Fireside / llama-bench (the median of the per-round ratios, and their range) and
@@ -68,8 +68,8 @@ sys.path.insert(0, str(ROOT))
 import llama_cpp  # noqa: E402
 
 import tests.llama_build  # noqa: E402
-from app.core import bundled, llama_runtime, templates  # noqa: E402, F401 - routes the log
-from app.core.engine import (  # noqa: E402
+from app.core.llama import llama_runtime  # noqa: E402, F401 - routes the log
+from app.core.llama.engine import (  # noqa: E402
     Engine,
     PromptPlan,
     Sampling,
@@ -77,7 +77,9 @@ from app.core.engine import (  # noqa: E402
     default_threads,
     llama_arguments,
 )
+from app.core.models import bundled  # noqa: E402 - routes the log
 from app.core.options import LoadOptions  # noqa: E402
+from app.core.reply import templates  # noqa: E402 - routes the log
 
 STORY = "Write a very long, detailed story about a lighthouse keeper and a storm."
 PROMPTS = (512, 3000)
@@ -246,7 +248,7 @@ def bench_arguments(settings: dict[str, Any], prompt: bool) -> list[str]:
 
 def gpu_names() -> str:
     """The GPUs the installed llama.cpp offloads to; stops the run where it has none."""
-    from app.core import devices
+    from app.core.llama import devices
 
     problem = devices.gpu_support()
     if problem:
@@ -437,7 +439,7 @@ INHERENT = (
 
 
 def huge_pages_note() -> str | None:
-    """How the weights' pages differ: Fireside asks for 2 MB pages (app/core/huge_pages.py),
+    """How the weights' pages differ: Fireside asks for 2 MB pages (app/core/llama/huge_pages.py),
     which a system set to ``madvise`` gives only to programs that ask."""
     try:
         setting = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()

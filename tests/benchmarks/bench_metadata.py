@@ -15,8 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled
-from app.core.gguf import clear_cache, read_header
+from app.core.models import bundled
+from app.core.models.gguf import clear_cache, read_header
 
 RUNS = 7
 TARGET_SECONDS = 0.1

@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled
+from app.core.models import bundled
 
 MODELS = [bundled.bundled_dir() / bundled.DEFAULT_MODEL_FILE,
           bundled.bundled_dir() / bundled.GEMMA_FILE]

@@ -69,7 +69,9 @@ def main(rounds: int) -> int:
     os.environ["FIRESIDE_CONFIG_DIR"] = os.environ["FIRESIDE_DATA_DIR"] + "/config"
     import qasync
 
-    from app.core import bundled, servers, settings
+    from app.core import settings
+    from app.core.models import bundled
+    from app.core.remote import servers
     from app.ui.window import MainWindow
     from tests.heartbeat import INTERVAL_S, Heartbeat
     from tests.model_server import llama_server

@@ -27,7 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, settings
+from app.core import settings
+from app.core.models import bundled
 from tests.core.helpers import sigint_not_ignored
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -40,8 +40,9 @@ def main(rounds: int) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from PySide6.QtCore import QCoreApplication
 
-    from app.core import bundled, settings
+    from app.core import settings
     from app.core.fireside import Fireside
+    from app.core.models import bundled
 
     app = QCoreApplication([])
     prefs = settings.load().settings

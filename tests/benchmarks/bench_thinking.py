@@ -25,11 +25,12 @@ from pathlib import Path
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, templates, thinking
 from app.core.backend import PromptPlan, Session
-from app.core.engine import Engine
+from app.core.llama.engine import Engine
+from app.core.models import bundled
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import Thinking
+from app.core.reply import templates, thinking
+from app.core.reply.replies import Thinking
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
 STORY = "Write a long story about a dragon who loves tea."

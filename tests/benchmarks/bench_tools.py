@@ -19,10 +19,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from app.core import bundled, settings
-from app.core.completions import read_request
+from app.core import settings
+from app.core.conversations.completions import read_request
 from app.core.fireside import Fireside
-from app.core.replies import Reply
+from app.core.models import bundled
+from app.core.reply.replies import Reply
 
 BOOK = {"type": "function", "function": {
     "name": "book_table", "description": "Book a table at a restaurant.",

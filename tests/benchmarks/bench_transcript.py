@@ -26,7 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
-from app.core.store import Message
+from app.core.conversations.store import Message
 from app.ui import markdown
 from app.ui.bridge import PieceStream
 from app.ui.transcript import TranscriptView

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 if TYPE_CHECKING:
-    from app.core.replies import ReplyStats
+    from app.core.reply.replies import ReplyStats
     from app.ui.chat_controller import ChatController
     from app.ui.window import MainWindow
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")

@@ -30,7 +30,8 @@ import qasync
 from PySide6.QtCore import QMessageLogContext, QtMsgType, qInstallMessageHandler
 from PySide6.QtWidgets import QApplication
 
-from app.core import bundled, settings
+from app.core import settings
+from app.core.models import bundled
 from app.ui import application, theme
 from app.ui.window import MainWindow
 from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from app.core import paths, servers, settings
+from app.core import paths, settings
+from app.core.remote import servers
 from tests.cli.test_commands import events, fireside
 from tests.model_server import free_port, llama_server
 

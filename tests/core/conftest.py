@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat import ChatService
-from app.core.engine import Engine
-from app.core.store import Store
+from app.core.conversations.chat import ChatService
+from app.core.conversations.store import Store
+from app.core.llama.engine import Engine
 
 LOAD_TIMEOUT = 120  # a load that takes longer than this is stuck
 

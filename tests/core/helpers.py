@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core import templates
-from app.core.engine import Engine, PromptPlan, Reply, Sampling, Session
-from app.core.store import Store
+from app.core.conversations.store import Store
+from app.core.llama.engine import Engine, PromptPlan, Reply, Sampling, Session
+from app.core.reply import templates
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, seed=1)
 PROBE = "What is the capital of France?"

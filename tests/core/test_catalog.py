@@ -12,10 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core import catalog, paths
-from app.core.bundled import bundled_dir
-from app.core.catalog import ModelEntry, default_folders, describe, find, scan
-from app.core.gguf import read_header
+from app.core import paths
+from app.core.models import catalog
+from app.core.models.bundled import bundled_dir
+from app.core.models.catalog import ModelEntry, default_folders, describe, find, scan
+from app.core.models.gguf import read_header
 from tests.gguf_files import copy_with_metadata, write_gguf, write_split
 
 JSON_KEYS = {

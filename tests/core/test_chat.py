@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from app.core import paths
-from app.core.chat import ChatService
-from app.core.engine import Engine, LoadOptions, PromptTooLong, Sampling
-from app.core.store import Store
+from app.core.conversations.chat import ChatService
+from app.core.conversations.store import Store
+from app.core.llama.engine import Engine, LoadOptions, PromptTooLong, Sampling
 from tests.core.helpers import GREEDY, PROBE
 from tests.reference import Reference
 from tests.scripted_engine import ScriptedEngine

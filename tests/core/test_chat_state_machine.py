@@ -32,9 +32,9 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from app.core.chat import ChatResult, ChatService, ChatTurn
-from app.core.engine import Engine, EngineError, ModelLoadError, Sampling
-from app.core.store import Store
+from app.core.conversations.chat import ChatResult, ChatService, ChatTurn
+from app.core.conversations.store import Store
+from app.core.llama.engine import Engine, EngineError, ModelLoadError, Sampling
 from tests.core.helpers import PROBE, fresh_process_reply
 from tests.scripted_engine import ScriptedEngine
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import cpu_backends, native_check
+from app.core.llama import cpu_backends, native_check
 
 SCORES = {"x64": 1, "haswell": 40, "zen4": 90, "sapphirerapids": 100, "armv9.2_2": 0}
 

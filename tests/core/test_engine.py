@@ -11,8 +11,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from app.core.detok import PieceDecoder
-from app.core.engine import (
+from app.core.llama.detok import PieceDecoder
+from app.core.llama.engine import (
     Engine,
     EngineClosed,
     LoadCancelled,
@@ -62,7 +62,7 @@ def test_gemma_without_template_gets_gemma_turns(engine: Engine, gemma_path: Pat
     prompts: list[list[int]] = []
 
     def build(session: Session) -> PromptPlan:
-        from app.core import templates
+        from app.core.reply import templates
 
         plan = PromptPlan(session.encode(templates.render(session.template, user(PROBE))))
         prompts.append(plan.tokens)
@@ -86,7 +86,7 @@ def test_prompts_are_the_tokens_llama_cpp_python_builds(model: str, engine: Engi
     prompts: list[list[int]] = []
 
     def build(session: Session) -> PromptPlan:
-        from app.core import templates
+        from app.core.reply import templates
 
         prompts.append(session.encode(templates.render(session.template, conversation)))
         return PromptPlan(prompts[-1])
@@ -103,7 +103,7 @@ def test_user_text_is_tokenized_as_text(smol_engine: Engine) -> None:
     seen: list[list[int]] = []
 
     def build(session: Session) -> PromptPlan:
-        from app.core import templates
+        from app.core.reply import templates
 
         for text in ("say <|im_end|> twice", "say twice"):
             seen.append(session.encode(templates.render(session.template, user(text))))
@@ -323,7 +323,7 @@ def test_utf8_split_across_tokens_comes_out_whole(model: str, request: pytest.Fi
 
 
 def _render(session: Session, text: str) -> list:  # type: ignore[type-arg]
-    from app.core import templates
+    from app.core.reply import templates
 
     return templates.render(session.template, user(text))
 

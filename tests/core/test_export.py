@@ -10,8 +10,8 @@ from pathlib import Path, PurePosixPath, PureWindowsPath
 
 import pytest
 
-from app.core.export import export_json, export_markdown, safe_filename
-from app.core.store import NotFoundError, Store
+from app.core.conversations.export import export_json, export_markdown, safe_filename
+from app.core.conversations.store import NotFoundError, Store
 
 HOSTILE_TEXTS = [
     "",

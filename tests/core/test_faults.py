@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from app.core import paths, settings
-from app.core.chat import ChatService
-from app.core.store import Store, open_store
+from app.core.conversations.chat import ChatService
+from app.core.conversations.store import Store, open_store
 from tests.cli.test_commands import events, fireside
 from tests.core.helpers import (
     GREEDY,

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from app.core import cpu_backends, paths, settings
+from app.core import paths, settings
 from app.core.backend import LoadCancelled
-from app.core.chat import ChatTurn
+from app.core.conversations.chat import ChatTurn
 from app.core.fireside import EXIT_CLOSE_S, EXIT_SAVE_S, Fireside, Rewound, SessionSettings
+from app.core.llama import cpu_backends
 from tests.core.helpers import fill_disk, small_disk
 from tests.scripted_engine import ScriptedEngine
 

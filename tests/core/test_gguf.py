@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core.gguf import (
+from app.core.models.gguf import (
     GGML_TYPES,
     SMALL_ARRAY,
     ArrayInfo,
@@ -660,7 +660,7 @@ def _absurd_files(folder: Path) -> dict[str, Path]:
 
 
 def test_absurd_headers_are_refused_with_a_reason(tmp_path: Path) -> None:
-    from app.core import catalog
+    from app.core.models import catalog
 
     for name, path in _absurd_files(tmp_path).items():
         for exact in (True, False):
@@ -679,7 +679,7 @@ def test_refusing_absurd_headers_does_not_raise_peak_memory(tmp_path: Path) -> N
     script = (
         "import json, resource, sys\n"
         "from app.core import catalog\n"
-        "from app.core.gguf import GGUFError, read_header\n"
+        "from app.core.models.gguf import GGUFError, read_header\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "refused = 0\n"
         "for path in sys.argv[1:]:\n"

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core import catalog, header_cache, paths
-from app.core.gguf import GGUFError, clear_cache, read_header
+from app.core import paths
+from app.core.models import catalog, header_cache
+from app.core.models.gguf import GGUFError, clear_cache, read_header
 from tests.gguf_files import write_gguf
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -20,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 LIST = """
 import json, sys
 from pathlib import Path
-from app.core import catalog
+from app.core.models import catalog
 entries = catalog.scan([(Path(sys.argv[1]), catalog.MODELS_FOLDER)])
 print(json.dumps([[e.path.name, e.name, e.error] for e in entries]))
 """

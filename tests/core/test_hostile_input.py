@@ -14,10 +14,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core.chat import ChatService
-from app.core.engine import PromptTooLong, Sampling
-from app.core.export import _readable, export_json, export_markdown, safe_filename
-from app.core.store import Store
+from app.core.conversations.chat import ChatService
+from app.core.conversations.export import _readable, export_json, export_markdown, safe_filename
+from app.core.conversations.store import Store
+from app.core.llama.engine import PromptTooLong, Sampling
 from tests.core.helpers import GREEDY, PROBE
 from tests.reference import Reference
 

@@ -1,4 +1,4 @@
-"""A model's weights in 2 MB pages (app/core/huge_pages.py), on the real models."""
+"""A model's weights in 2 MB pages (app/core/llama/huge_pages.py), on the real models."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import huge_pages
+from app.core.llama import huge_pages
 
 _SETTING = Path("/sys/kernel/mm/transparent_hugepage/enabled")
 
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 _LOAD = """
 import sys
 from pathlib import Path
-from app.core.engine import Engine
+from app.core.llama.engine import Engine
 from app.core.options import LoadOptions
 
 def huge_kb():

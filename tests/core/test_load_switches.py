@@ -9,8 +9,8 @@ from pathlib import Path
 
 from app.core import settings
 from app.core.backend import LoadedModel
-from app.core.engine import Engine
 from app.core.fireside import Fireside, SessionSettings
+from app.core.llama.engine import Engine
 from app.core.options import LoadOptions
 from tests.cli.test_commands import events, fireside
 
@@ -27,7 +27,7 @@ def kept_bytes(smollm2_path: Path, session: SessionSettings) -> tuple[int, Loade
                           "detail.").result().future.result().reply
         assert reply.text and reply.stats.tokens > 0  # it answers
         core.new_chat().result()  # keeps the sequence's state: the KV cache, as loaded
-        return core.engine.states.used, loaded
+        return core.engine.local.states.used, loaded
     finally:
         core.close()
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from app.core import mcp_tools
-from app.core.mcp_tools import McpConnection, McpError, McpServer
+from app.core.tools import mcp_tools
+from app.core.tools.mcp_tools import McpConnection, McpError, McpServer
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
 

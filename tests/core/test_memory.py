@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core import catalog, memory
-from app.core.engine import Engine, LoadOptions, ModelLoadError, NotEnoughMemory
-from app.core.gguf import read_header
+from app.core.llama import memory
+from app.core.llama.engine import Engine, LoadOptions, ModelLoadError, NotEnoughMemory
+from app.core.models import catalog
+from app.core.models.gguf import read_header
 from tests.core.helpers import GREEDY, PROBE, ask, user
 from tests.gguf_files import copy_with_metadata, write_gguf
 from tests.reference import Reference
@@ -25,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 MEASURE = """
 import json, logging, re, sys
 import psutil
-from app.core.engine import Engine, LoadOptions
+from app.core.llama.engine import Engine, LoadOptions
 from tests.core.helpers import ask, user
 
 sizes = []
@@ -74,7 +75,7 @@ def test_estimate_is_within_15_percent_of_a_real_load(
 ROUND_TRIPS = """
 import json, sys
 import psutil
-from app.core.engine import Engine, LoadOptions
+from app.core.llama.engine import Engine, LoadOptions
 from tests.core.helpers import ask, user
 
 engine = Engine()

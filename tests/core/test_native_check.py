@@ -17,8 +17,8 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-from app.core import native_check
-from app.core.engine import Engine
+from app.core.llama import native_check
+from app.core.llama.engine import Engine
 from tests import llama_build
 from tests.native_code import amx_instructions, llama_libraries
 

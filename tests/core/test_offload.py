@@ -12,13 +12,14 @@ from pathlib import Path
 import llama_cpp
 import pytest
 
-import app.core.engine as engine_module
-from app.core import devices, gpu_backends, llama_runtime, offload, settings
+import app.core.llama.engine as engine_module
+from app.core import settings
 from app.core.backend import ModelLoadError, NotEnoughMemory
-from app.core.devices import Device
-from app.core.engine import Engine, llama_arguments
 from app.core.fireside import Fireside
-from app.core.gguf import read_header
+from app.core.llama import devices, gpu_backends, llama_runtime, offload
+from app.core.llama.devices import Device
+from app.core.llama.engine import Engine, llama_arguments
+from app.core.models.gguf import read_header
 from app.core.options import LoadOptions, checked_gpu_layers
 from tests.cli.test_commands import events, fireside
 

@@ -21,8 +21,9 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from app.core import paths, servers, settings
-from app.core.store import Store
+from app.core import paths, settings
+from app.core.conversations.store import Store
+from app.core.remote import servers
 from tests.core.helpers import PROBE
 from tests.model_server import llama_server
 

@@ -12,8 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-from app.core import sampler_chain
-from app.core.engine import llama_arguments
+from app.core.llama import sampler_chain
+from app.core.llama.engine import llama_arguments
 from app.core.options import LoadOptions, Sampling
 
 PROMPT = (b"Write a long story about a lighthouse keeper, the storm, the storm again, "

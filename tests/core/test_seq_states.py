@@ -10,10 +10,11 @@ from typing import Any
 import pytest
 
 from app.core import settings
-from app.core.engine import Engine
 from app.core.fireside import Fireside
-from app.core.replies import ReplyStats
-from app.core.seq_states import ModelKey, SavedState, StateCache
+from app.core.llama.engine import Engine
+from app.core.llama.saved_state import ModelKey, SavedState
+from app.core.llama.seq_states import StateCache
+from app.core.reply.replies import ReplyStats
 
 TOPICS = ("lighthouses", "tides", "ferries")
 
@@ -55,7 +56,7 @@ def regenerate(core: Fireside) -> tuple[str, ReplyStats]:
 
 
 def states(core: Fireside) -> Any:
-    return core.engine.states
+    return core.engine.local.states  # the engine's own cache
 
 
 def long_conversation(core: Fireside) -> int:

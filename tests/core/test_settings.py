@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 
 from app.core import paths, settings
-from app.core.engine import LoadOptions, Sampling
+from app.core.llama.engine import LoadOptions, Sampling
 
 
 def test_settings_round_trip_through_the_config_folder() -> None:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from app.core import catalog, sources
-from app.core.catalog import scan
-from app.core.sources import Place, discover
+from app.core.models import catalog, sources
+from app.core.models.catalog import scan
+from app.core.models.sources import Place, discover
 from tests.gguf_files import write_gguf
 from tests.stores import hf_model, link, ollama_model, tree
 

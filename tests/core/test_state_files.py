@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 from app.core import paths, settings
-from app.core.engine import Engine
 from app.core.fireside import Fireside
-from app.core.replies import ReplyStats
-from app.core.seq_states import StateCache
-from app.core.state_files import MAGIC
+from app.core.llama.engine import Engine
+from app.core.llama.seq_states import StateCache
+from app.core.llama.state_files import MAGIC
+from app.core.reply.replies import ReplyStats
 from tests.core.helpers import fill_disk, small_disk
 from tests.core.test_seq_states import long_conversation, regenerate, say
 
@@ -52,7 +52,7 @@ def files() -> list[Path]:
 
 
 def cache(core: Fireside) -> StateCache:
-    return core.engine.states
+    return core.engine.local.states  # the engine's own cache
 
 
 def quit_with_a_long_conversation(open_core: Opener, model: Path) -> int:

@@ -19,10 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.core import store as store_module
-from app.core.paths import database_path
-from app.core.replies import ToolCall, ToolRun
-from app.core.store import (
+from app.core.conversations import store as store_module
+from app.core.conversations.store import (
     TITLE_LIMIT,
     UNTITLED,
     CorruptDatabaseError,
@@ -32,6 +30,8 @@ from app.core.store import (
     StoreError,
     default_title,
 )
+from app.core.paths import database_path
+from app.core.reply.replies import ToolCall, ToolRun
 from tests.core import helpers
 
 REPO = Path(__file__).resolve().parents[2]
@@ -304,7 +304,7 @@ def test_a_finished_or_deleted_reply_takes_no_more_text(store: Store) -> None:
 
 _STREAMING_CHILD = """
 import sys
-from app.core.store import Store
+from app.core.conversations.store import Store
 
 store = Store(sys.argv[1])
 conversation = store.create_conversation("streaming", "model.gguf")

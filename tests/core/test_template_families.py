@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 from transformers.utils import chat_template_utils  # the test extra's reference renderer
 
-from app.core import templates
-from app.core.templates import ChatTemplate, Segment, TemplateError
+from app.core.reply import templates
+from app.core.reply.templates import ChatTemplate, Segment, TemplateError
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
 

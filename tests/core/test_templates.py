@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 from llama_cpp import _internals
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from app.core import gguf, templates
-from app.core.templates import ChatTemplate, Segment, TemplateError
+from app.core.models import gguf
+from app.core.reply import templates
+from app.core.reply.templates import ChatTemplate, Segment, TemplateError
 
 
 @dataclass

@@ -16,14 +16,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.core import export, templates, thinking
-from app.core.engine import Engine
+from app.core.conversations import export
+from app.core.conversations.store import MIGRATIONS, Store
 from app.core.fireside import Fireside, SessionSettings
+from app.core.llama.engine import Engine
 from app.core.options import LoadOptions, Sampling
-from app.core.replies import Thinking
-from app.core.reply_text import ReplyText
-from app.core.store import MIGRATIONS, Store
-from app.core.thinking import HARMONY, MISTRAL, THINK, UNMARKED, ThoughtSplitter
+from app.core.reply import templates, thinking
+from app.core.reply.replies import Thinking
+from app.core.reply.reply_text import ReplyText
+from app.core.reply.thinking import HARMONY, MISTRAL, THINK, UNMARKED, ThoughtSplitter
 from tests.core.helpers import ask, user
 from tests.gguf_files import copy_with_metadata
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from app.core.chat import ALLOW_ONCE, DENY, ToolHooks
+from app.core.conversations.chat import ALLOW_ONCE, DENY, ToolHooks
+from app.core.conversations.store import Store
 from app.core.fireside import Fireside, SessionSettings
-from app.core.replies import ToolCall, ToolRun
-from app.core.store import Store
+from app.core.reply.replies import ToolCall, ToolRun
 from tests.scripted_engine import ScriptedEngine
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"

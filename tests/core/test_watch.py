@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.core import catalog
-from app.core.watch import Watcher
+from app.core.models import catalog
+from app.core.models.watch import Watcher
 from tests.gguf_files import write_gguf
 from tests.stores import link, ollama_model
 

@@ -11,11 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from app.core import devices, offload, templates
 from app.core.backend import PromptPlan
-from app.core.engine import Engine
-from app.core.gguf import read_header
+from app.core.llama import devices, offload
+from app.core.llama.engine import Engine
+from app.core.models.gguf import read_header
 from app.core.options import LoadOptions, Sampling
+from app.core.reply import templates
 from tests.core.helpers import ask, fresh_process_reply, user
 
 HARDWARE = devices.survey()

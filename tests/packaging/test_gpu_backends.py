@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from app.core import gpu_backends
+from app.core.llama import gpu_backends
 
 
 def test_only_gpu_backends_are_taken(tmp_path: Path) -> None:

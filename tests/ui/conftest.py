@@ -19,7 +19,7 @@ from PySide6.QtCore import QEvent, Qt
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
-from app.core.replies import ReplyStats
+from app.core.reply.replies import ReplyStats
 from app.ui import notices as notice_bar
 from app.ui.notices import Level, Notice
 from app.ui.transcript import TranscriptView

@@ -92,7 +92,8 @@ def test_a_closing_signal_mid_reply_saves_it_and_exits_promptly(
 def test_the_window_shows_before_llama_cpp_and_model_headers_are_loaded() -> None:
     # What the first paint waits for: the window's own modules, never the heavy ones.
     probe = ("import sys, app.ui.application; heavy = ['llama_cpp', 'numpy', "
-             "'app.core.engine', 'app.core.memory', 'app.core.catalog', 'app.core.gguf']; "
+             "'app.core.llama.engine', 'app.core.llama.memory', 'app.core.models.catalog', "
+             "'app.core.models.gguf']; "
              "print([m for m in heavy if m in sys.modules])")
     result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                             check=True, env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})

@@ -10,8 +10,9 @@ from typing import Any
 import pytest
 from PySide6.QtWidgets import QComboBox, QLabel, QListWidget, QSpinBox, QWidget
 
-from app.core import devices, settings
-from app.core.devices import Device
+from app.core import settings
+from app.core.llama import devices
+from app.core.llama.devices import Device
 from app.ui.model_picker import DETAILS_ROLE
 from app.ui.window import MainWindow
 from tests.ui.conftest import WindowFactory

@@ -17,7 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
-from app.core.replies import ReplyStats
+from app.core.reply.replies import ReplyStats
 from app.ui.bridge import PieceStream
 from app.ui.markdown import COPY_CODE_PREFIX
 from app.ui.message_widget import MessageText

@@ -7,8 +7,10 @@ from typing import Any
 
 from PySide6.QtWidgets import QComboBox, QWidget
 
-from app.core import catalog, memory, settings
-from app.core.gguf import read_header
+from app.core import settings
+from app.core.llama import memory
+from app.core.models import catalog
+from app.core.models.gguf import read_header
 from app.ui.model_picker import DETAILS_ROLE, ModelListModel
 from tests.ui.conftest import WindowFactory
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 
-from app.core import catalog
-from app.core.store import Conversation
+from app.core.conversations.store import Conversation
+from app.core.models import catalog
 from app.ui.conversation_model import HEADER_ROLE, ID_ROLE, ConversationListModel, day_group
 from app.ui.model_picker import DETAILS_ROLE, PATH_ROLE, ModelListModel
 from tests.ui.conftest import Notices, WindowFactory, greedy_settings, send

@@ -16,7 +16,8 @@ from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QPushButton
 
-from app.core import paths, secrets, servers, settings
+from app.core import paths, settings
+from app.core.remote import secrets, servers
 from app.ui.notices import Level
 from tests.cli.test_commands import events, fireside
 from tests.model_server import Served, llama_server

@@ -15,7 +15,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QSpinBox, QTabWidget
 
 from app.core import settings
-from app.core.toolbox import Toolbox
+from app.core.tools.toolbox import Toolbox
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.tools_page import ToolsPage
 

@@ -12,8 +12,8 @@ from PySide6.QtGui import QColor, QPalette, QTextCursor, QTextTable
 from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QScrollBar
 from pytestqt.qtbot import QtBot
 
-from app.core.replies import ReplyStats
-from app.core.store import Message, Store
+from app.core.conversations.store import Message, Store
+from app.core.reply.replies import ReplyStats
 from app.ui import live_reply, markdown, message_column
 from app.ui.bridge import PieceStream
 from app.ui.message_widget import MessageText, MessageWidget, theme_for

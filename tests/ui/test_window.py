@@ -12,7 +12,7 @@ from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QAbstractButton, QLineEdit, QWidget
 
 from app.core import paths, settings
-from app.core.store import Store
+from app.core.conversations.store import Store
 from app.ui import notices as notice_bar
 from app.ui.model_picker import DETAILS_ROLE, ModelPicker
 from app.ui.notices import Level

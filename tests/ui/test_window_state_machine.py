@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
-from app.core import engine
+from app.core.llama import engine
 from tests.scripted_engine import ScriptedEngine
 from tests.ui.actions import ACTIONS, Problems, WindowUser, model_files, wait_until
 from tests.ui.conftest import WindowFactory, close_window, greedy_settings

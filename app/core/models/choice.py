@@ -1,0 +1,38 @@
+"""Which model to use: the one asked for, else the last used, else the bundled default."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from app.core.models import bundled, catalog
+from app.core.settings import Settings
+
+
+def choose_model(query: str | None, entries: Sequence[catalog.ModelEntry], prefs: Settings,
+                 required: bool = False) -> Path:
+    """Resolve a path or catalog name; raises LookupError with a message for the user."""
+    if query:
+        entry = catalog.find(entries, query)
+        if entry is not None and entry.error and entry.source.startswith(catalog.SERVER_PREFIX):
+            raise LookupError(f"{entry.name} cannot be used: {entry.error}")
+        if entry is not None:
+            return entry.path
+        path = Path(query).expanduser()
+        if path.suffix.lower() == ".gguf" or path.exists():
+            return path  # the engine's check says what is wrong with it, if anything
+        names = ", ".join(e.name for e in entries if not e.error) or "none"
+        raise LookupError(f"No model called {query!r}. Models found: {names}.")
+    if required:
+        raise LookupError("Name a model: /model NAME or /model PATH.")
+    for candidate in (prefs.last_model, prefs.default_model):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    default = bundled.default_model_path()
+    if default is not None:
+        return default
+    usable = [e for e in entries if not e.error]
+    if usable:
+        return usable[0].path
+    raise LookupError("No model found. Put a .gguf file in the models folder "
+                      "(see `fireside models`).")

@@ -1,0 +1,227 @@
+"""A model on a server the user added, behind the same ``Backend`` as the local engine.
+
+The server applies its own chat template: Fireside sends the conversation as messages
+(the chat service still fits it to the model's context, with an estimate of its
+length). Sampling goes as the OpenAI API's own fields; those it lacks (top-k, min-p,
+repeat penalty) are not sent. A reader thread takes the stream, so a stop returns at
+once even while the server is silent; what came before a break is kept, marked "cut".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import queue
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from app.core.backend import (
+    EngineError,
+    LoadedModel,
+    ModelLoadError,
+    NoModelLoaded,
+    OneThreadBackend,
+    PieceCallback,
+    PromptBuilder,
+    ReplyHandle,
+    Session,
+    plan_prompt,
+)
+from app.core.options import LoadOptions, Sampling
+from app.core.remote import servers
+from app.core.remote.servers import Server
+from app.core.reply import templates
+from app.core.reply.replies import FinishReason, Reply, ReplyStats
+from app.core.reply.reply_text import ReplyText
+
+DEFAULT_CONTEXT = 4096  # when neither the server nor the user says
+STOP_POLL_S = 0.05  # how often a silent stream looks for a stop
+# An estimate on the long side (the server's tokenizer is not here): three characters
+# a token, and room for what the server's template adds (a default system prompt).
+CHARS_PER_TOKEN = 3
+TEMPLATE_TOKENS = 64
+_END = object()
+
+# The text a server template could render: only to estimate a prompt's length.
+_ESTIMATE = dataclasses.replace(templates.resolve({}, lambda _t: False, override="chatml"),
+                                name="The server's own", source="server")
+
+
+class _Estimate(Session):
+    calls_tools = False
+
+    def encode(self, segments: Sequence[templates.Segment]) -> list[int]:
+        return [0] * (sum(len(s.text) for s in segments) // CHARS_PER_TOKEN + TEMPLATE_TOKENS)
+
+
+class RemoteBackend(OneThreadBackend):
+    def __init__(self, find_server: Callable[[str], Server | None],
+                 read_timeout_s: Callable[[], float] = lambda: servers.READ_TIMEOUT_S) -> None:
+        super().__init__("fireside-remote")
+        self._find = find_server
+        self._read_timeout_s = read_timeout_s  # read at each load: a setting
+        self._client: Any = None  # an openai.OpenAI for the loaded model's server
+
+    # -- the backend's thread -------------------------------------------------------
+
+    def _switch(self, path: Path, options: LoadOptions,
+                on_progress: Callable[[float], None] | None,
+                cancel: threading.Event) -> LoadedModel:
+        started = time.monotonic()
+        server, model_id = self._locate(path)
+        listing = servers.ask_models(server)
+        if listing.problem:
+            raise ModelLoadError(listing.problem)
+        served = next((m for m in listing.models if m.id == model_id), None)
+        if served is None:
+            raise ModelLoadError(f"{server.name} no longer serves {model_id}. Choose another "
+                                 "model; the list was updated.")
+        if cancel.is_set():
+            from app.core.backend import LoadCancelled  # noqa: PLC0415
+
+            raise LoadCancelled(f"Loading {model_id} was cancelled.")
+        self._close_client()
+        self._client = self._connect(server)
+        n_ctx = served.context_length or options.n_ctx or DEFAULT_CONTEXT
+        if on_progress is not None:
+            on_progress(1.0)
+        self._loaded = LoadedModel(path, servers.display_name(served), "remote", n_ctx,
+                                   served.context_length or n_ctx, 0, _ESTIMATE,
+                                   time.monotonic() - started, options)
+        return self._loaded
+
+    def _clear(self) -> None:
+        """A server keeps nothing of ours between requests."""
+
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
+                  on_piece: PieceCallback | None) -> Reply:
+        import openai  # noqa: PLC0415
+
+        model = self._loaded
+        if model is None:
+            raise NoModelLoaded()
+        plan = plan_prompt(build, _Estimate(model))
+        server, model_id = self._locate(model.path)
+        fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                                  "max_tokens": sampling.max_tokens}
+        if sampling.seed is not None:
+            fields["seed"] = sampling.seed
+        started = time.monotonic()
+        try:
+            stream = self._client.chat.completions.create(
+                model=model_id, messages=list(plan.messages), stream=True,
+                stream_options={"include_usage": True}, **fields)
+        except openai.OpenAIError as err:
+            raise EngineError(servers.explain(err, server)) from err
+        chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=_pump, args=(stream, chunks), daemon=True,
+                         name="fireside-remote-stream").start()
+        out = ReplyText(on_piece)  # a thought inline at the start is told apart too
+        pieces = 0
+        first: float | None = None
+        finish: FinishReason = "stop"
+        usage: Any = None
+        problem = ""
+        while True:
+            if handle.stop_requested:
+                finish = "stopped"
+                stream.close()  # the server stops generating when its client goes
+                break
+            try:
+                chunk = chunks.get(timeout=STOP_POLL_S)
+            except queue.Empty:
+                continue
+            if chunk is _END:
+                break
+            if isinstance(chunk, Exception):
+                if not pieces and first is None:
+                    raise EngineError(_explain(chunk, server)) from chunk
+                finish, problem = "cut", _explain(chunk, server)
+                break
+            usage = getattr(chunk, "usage", None) or usage
+            for choice in getattr(chunk, "choices", None) or ():
+                # llama-server, vLLM and DeepSeek send thinking as reasoning_content,
+                # Ollama and OpenRouter as reasoning.
+                thought = getattr(choice.delta, "reasoning_content", None) \
+                    or getattr(choice.delta, "reasoning", None)
+                text = getattr(choice.delta, "content", None)
+                for kind, piece in ((True, thought), (False, text)):
+                    if not isinstance(piece, str) or not piece:
+                        continue
+                    if first is None:
+                        first = time.monotonic()
+                    pieces += 1
+                    if kind:
+                        out.add_thinking(piece, tokens=1)
+                    else:
+                        out.add(piece)
+                if choice.finish_reason == "length":
+                    finish = "length"
+        ended = time.monotonic()
+        answer, thought = out.finish()
+        tokens = getattr(usage, "completion_tokens", None) or pieces
+        details = getattr(usage, "prompt_tokens_details", None)
+        decode_s = ended - first if first is not None else 0.0
+        stats = ReplyStats(
+            prompt_tokens=getattr(usage, "prompt_tokens", None) or 0,  # 0: not said
+            cached_tokens=getattr(details, "cached_tokens", None) or 0,
+            tokens=tokens if pieces else 0,
+            ttft_s=(first - started) if first is not None else 0.0,
+            tokens_per_s=(tokens - 1) / decode_s if decode_s > 0 and tokens > 1 else 0.0,
+            finish_reason=finish, dropped_turns=plan.dropped_turns, model=model.name,
+            problem=problem, thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
+        return Reply(answer, stats, thought)
+
+    def _unload(self) -> None:
+        self._close_client()
+        self._loaded = None
+
+    # -- helpers ----------------------------------------------------------------------
+
+    def _locate(self, path: Path) -> tuple[Server, str]:
+        where = servers.on_server(path)
+        if where is None:
+            raise ModelLoadError(f"{path} is not a server's model.")
+        server = self._find(where[0])
+        if server is None:
+            raise ModelLoadError(f"There is no server called “{where[0]}” any more. Add it "
+                                 "again, or choose another model.")
+        return server, where[1]
+
+    def _connect(self, server: Server) -> Any:
+        import openai  # noqa: PLC0415
+
+        # One retry, and only for what fails before a reply begins (the client retries
+        # a request it could not send or that was refused as busy, never a stream).
+        return openai.OpenAI(base_url=server.url, api_key=server.key() or "none",
+                             max_retries=1, timeout=openai.Timeout(
+                                 self._read_timeout_s(), connect=servers.CONNECT_TIMEOUT_S))
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+
+
+def _pump(stream: Any, chunks: queue.SimpleQueue[Any]) -> None:
+    """The reader thread: every chunk, then the end or what broke the stream."""
+    try:
+        for chunk in stream:
+            chunks.put(chunk)
+    except Exception as exc:  # handed to the backend's thread, which says what it was
+        chunks.put(exc)
+        return
+    chunks.put(_END)
+
+
+def _explain(err: Exception, server: Server) -> str:
+    import openai  # noqa: PLC0415
+
+    if isinstance(err, openai.OpenAIError):
+        return servers.explain(err, server)
+    if isinstance(err, ValueError):  # a piece that is not JSON
+        return servers.not_an_api(server)
+    return (f"The connection to {server.name} broke ({type(err).__name__}: {err}). Check "
+            "that the server is still running.")
