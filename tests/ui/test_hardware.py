@@ -16,6 +16,7 @@ from app.core.llama.devices import Device
 from app.ui.model_picker import DETAILS_ROLE
 from app.ui.window import MainWindow
 from tests.ui.conftest import WindowFactory
+from tests.ui.settings_pages import open_page
 
 GIB = 1 << 30
 CARD = Device("CUDA0", "Test card", "CUDA", "gpu", 20 * GIB, 24 * GIB)
@@ -24,9 +25,8 @@ CARD = Device("CUDA0", "Test card", "CUDA", "gpu", 20 * GIB, 24 * GIB)
 def hardware_page(window: MainWindow) -> QWidget:
     window.show_settings()
     dialog = window.findChild(QWidget, "settingsDialog")
-    tabs = dialog.findChild(QWidget, "settingsTabs")
     page = dialog.hardware_page
-    tabs.setCurrentWidget(page)  # shown: it reads the devices again
+    open_page(dialog, page)  # shown: it reads the devices again
     return page
 
 

@@ -12,12 +12,13 @@ from typing import Any
 
 import pytest
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QPushButton, QSpinBox, QTabWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QSpinBox
 
 from app.core import settings
 from app.core.tools.toolbox import Toolbox
 from app.ui.settings_dialog import SettingsDialog
 from app.ui.tools_page import ToolsPage
+from tests.ui.settings_pages import page_at, page_names
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
 FILESYSTEM = {"command": "npx",
@@ -300,11 +301,9 @@ def test_the_dialog_has_a_tools_tab_after_servers_and_passes_changes_on(
     path = tmp_path / "settings.json"
     dialog = SettingsDialog(prefs, lambda: settings.save(prefs, path), tmp_path / "models")
     qtbot.addWidget(dialog)
-    tabs = dialog.findChild(QTabWidget, "settingsTabs")
-    assert tabs is not None
-    names = [tabs.tabText(i) for i in range(tabs.count())]
+    names = page_names(dialog)
     assert names[names.index("Servers") + 1] == "Tools"
-    assert tabs.widget(names.index("Tools")) is dialog.tools_page
+    assert page_at(dialog, names.index("Tools")) is dialog.tools_page
     dialog.tools_page.url_edit.setText("https://tools.example.org/mcp")
     dialog.tools_page.name_edit.setText("search")
     add = dialog.tools_page.findChild(QPushButton, "addToolServerButton")
