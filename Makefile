@@ -4,7 +4,7 @@ VENV   ?= .venv
 BIN    := $(VENV)/bin
 PYTEST_ARGS ?=
 
-.PHONY: setup run test test-gpu lint bench clean
+.PHONY: setup run test check test-gpu lint bench clean
 
 setup: $(VENV)/.fireside-ready
 
@@ -31,6 +31,11 @@ run: setup
 
 test: setup
 	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest $(PYTEST_ARGS)
+
+# The fast lane before a commit: lint, then every test that needs neither a bundled model
+# (the `model` marker, set in tests/conftest.py) nor long (`slow`). `make test` runs them all.
+check: setup lint
+	QT_QPA_PLATFORM=offscreen $(BIN)/python -m pytest -m "not model and not slow" -q $(PYTEST_ARGS)
 
 # On a Linux machine with an NVIDIA GPU: llama.cpp built with CUDA for its card in a venv
 # of its own (.venv-gpu), the tests marked gpu, then Fireside against llama-bench with every

@@ -17,8 +17,34 @@ if TYPE_CHECKING:
     from tests.reference import Reference
 
 
+# The fixtures that hand a test a bundled model (or llama.cpp's own answers on one):
+# whatever needs one of them, directly or through other fixtures, needs the model files.
+MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "thinking_model_path", "reference"})
+# Tests under these markers run llama.cpp on the bundled models by definition.
+MODEL_MARKERS = ("native", "gpu")
+
+
+def needs_model(item: pytest.Item) -> bool:
+    """Whether ``item`` reads the bundled models: by its fixtures, by a parameter that
+    names one of them for ``request.getfixturevalue``, by its markers, or by hand
+    (``@pytest.mark.model``, for a test that finds the models another way)."""
+    if MODEL_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    callspec = getattr(item, "callspec", None)
+    if callspec is not None and any(isinstance(value, str) and value in MODEL_FIXTURES
+                                    for value in callspec.params.values()):
+        return True
+    return any(item.get_closest_marker(name) is not None for name in MODEL_MARKERS)
+
+
+@pytest.hookimpl(tryfirst=True)  # marked before `-m` deselects
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """llama.cpp's own check runs first (tests/core/test_native_check.py)."""
+    """Marks ``model`` on every test that needs the bundled models, so that
+    ``-m "not model"`` (make check) runs the rest without them; llama.cpp's own check
+    runs first (tests/core/test_native_check.py)."""
+    for item in items:
+        if item.get_closest_marker("model") is None and needs_model(item):
+            item.add_marker(pytest.mark.model)
     items.sort(key=lambda item: item.get_closest_marker("native") is None)
 
 

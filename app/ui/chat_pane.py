@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
-from PySide6.QtWidgets import QAbstractItemView
+from PySide6.QtWidgets import QAbstractItemView, QWidget
 
 from app.core.backend import LoadedModel
 from app.core.conversations.store import Message
@@ -27,25 +27,47 @@ from app.core.reply.replies import ReplyStats
 from app.ui import desktop, event_loop, notices
 from app.ui.api_host import ApiHost
 from app.ui.chat_controller import ChatController
+from app.ui.composer import Composer, ComposerBar
 from app.ui.event_loop import read
 from app.ui.model_controller import ModelController
+from app.ui.model_picker import ModelPicker
+from app.ui.sidebar import Sidebar
+from app.ui.status import StatusLine
+from app.ui.top_bar import TopBar
 from app.ui.transcript import TranscriptView
 
 if TYPE_CHECKING:
+    from app.core.conversations.store import Conversation
     from app.ui.settings_dialog import SettingsDialog
-    from app.ui.window import MainWindow
+
+
+class ChatWindow(Protocol):
+    """What the pane needs of the window that holds it (the window imports the pane,
+    never the other way round)."""
+
+    sidebar: Sidebar
+    top_bar: TopBar
+    picker: ModelPicker
+    composer_bar: ComposerBar
+    composer: Composer
+    status: StatusLine
+
+    def window(self) -> QWidget: ...  # QWidget's own: the top-level widget, the parent here
+    def focus_composer(self) -> None: ...
+    def show_title(self, conversation: Conversation | None) -> None: ...
+    def set_empty_text(self, model_name: str | None, server: str | None = None) -> None: ...
 
 
 class ChatPane(QObject):
-    def __init__(self, window: MainWindow, core: Fireside, background: Executor) -> None:
-        super().__init__(window)
+    def __init__(self, window: ChatWindow, core: Fireside, background: Executor) -> None:
+        super().__init__(window.window())
         event_loop.ensure()
         self.window = window
         self._tasks = tasks = event_loop.Tasks()  # one set: busy while either works
         self.controller = ChatController(core, background, tasks, self)
         self.models = ModelController(core, background, tasks, self)
         self.api = ApiHost(core, self)  # Fireside's local API, when the user turns it on
-        self.transcript = TranscriptView(window)
+        self.transcript = TranscriptView(window.window())
         self._edit_conversation: int | None = None  # where an edit under way belongs
         self._refresh_after_edit = False
         self._settings: SettingsDialog | None = None
@@ -81,11 +103,11 @@ class ChatPane(QObject):
             ("Edit the last message", "Ctrl+E", self.edit_last),
         )
         for text, key, slot in actions:
-            action = QAction(text, w)
+            action = QAction(text, w.window())
             action.setShortcut(QKeySequence(key))
             action.setShortcutContext(Qt.ShortcutContext.WindowShortcut)
             action.triggered.connect(slot)
-            w.addAction(action)
+            w.window().addAction(action)
 
     def _connect_controllers(self) -> None:
         c, m, view = self.controller, self.models, self.transcript

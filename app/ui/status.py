@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QProgressBar, QWidget
 
 if TYPE_CHECKING:
-    from app.core.llama.offload import Plan
+    from app.core.backend import Placement
     from app.core.reply.replies import ReplyStats
 
 
@@ -59,7 +59,7 @@ class StatusLine(QWidget):
         self.serving.setText(text)
         self.serving.setVisible(bool(text))
 
-    def set_placement(self, plan: Plan | None) -> None:
+    def set_placement(self, plan: Placement | None) -> None:
         """Where the loaded model's layers are; None: no local model."""
         self.placement.setText(plan.where if plan else "")
         self.placement.setToolTip(plan.summary() if plan else "")
