@@ -25,7 +25,6 @@ from app.core.backend import (
     ModelLoadError,
     NoModelLoaded,
     OneThreadBackend,
-    PieceCallback,
     PromptBuilder,
     ReplyHandle,
     Session,
@@ -99,8 +98,7 @@ class ScriptedEngine(OneThreadBackend):
     def _unload(self) -> None:
         self._loaded = None
 
-    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
-                  on_piece: PieceCallback | None) -> Reply:
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling) -> Reply:
         model = self._require()
         plan = plan_prompt(build, _Session(model))
         tokens = plan.tokens
@@ -124,8 +122,7 @@ class ScriptedEngine(OneThreadBackend):
                 break
             piece = word if i == 0 else f" {word}"
             parts.append(piece)
-            if on_piece is not None:
-                on_piece(piece)
+            handle.pieces.put(piece)
             if self.piece_delay_s:
                 time.sleep(self.piece_delay_s)
         text = "".join(parts)

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 import uvicorn
@@ -47,8 +47,7 @@ from app.core.conversations.completions import (
     read_request,
 )
 from app.core.fireside import Fireside
-from app.core.reply.replies import Thinking
-from app.core.reply.stop_text import StopText
+from app.core.reply.pieces import Pieces, Taken
 from app.core.settings import API_PORT as DEFAULT_PORT
 
 logger = logging.getLogger(__name__)
@@ -142,12 +141,10 @@ class LocalServer:
             self._admit()
         except ApiError as err:
             return _error(err)
-        pieces = _Pieces(asyncio.get_running_loop())
         core = self.core
         started = core.answer(
             asked.prompt(),
-            lambda model: asked.sampling_for(core.sampling(model.path), model.n_ctx),
-            pieces.put)
+            lambda model: asked.sampling_for(core.sampling(model.path), model.n_ctx))
         client = _Client(request)
         self._changed(waiting=+1)
         try:
@@ -161,12 +158,11 @@ class LocalServer:
         finally:
             self._changed(waiting=-1)
         self._replies.add(handle)
-        handle.future.add_done_callback(lambda _f: pieces.end())
         handle.future.add_done_callback(lambda _f: self._finished(handle))
         reply = _Reply(asked, Answer(core.model.name if core.model else asked.model), handle,
-                       pieces, StopText(asked.stop))
+                       _Arrivals(handle.pieces, asyncio.get_running_loop()))
         try:
-            first = await client.unless_gone(pieces.take())
+            first = await client.unless_gone(reply.arrivals.take())
             if first is None and handle.future.exception() is not None:
                 return _error(error_for(handle.future.exception() or Exception()))
             if asked.stream:
@@ -189,41 +185,32 @@ class LocalServer:
                            "the model. Ask again later.", kind="requests",
                            code="rate_limit_exceeded")
 
-    async def _whole(self, reply: _Reply, item: _Taken | None, client: _Client) -> Response:
-        parts, thoughts = [], []
-        while item is not None:
-            thoughts.append(item.thinking)
-            parts.append(reply.text(item.text))
-            item = await client.unless_gone(reply.pieces.take())
+    async def _whole(self, reply: _Reply, item: Taken | None, client: _Client) -> Response:
+        while item is not None:  # the whole reply is in its future once it ends
+            item = await client.unless_gone(reply.arrivals.take())
         try:
             done = reply.handle.future.result()
         except Exception as err:
             return _error(error_for(err))
-        parts.append(reply.stop_text.flush())
-        return JSONResponse(reply.answer.whole("".join(parts), finish_reason(done.stats),
-                                               done.stats, "".join(thoughts),
-                                               done.tool_calls))
+        return JSONResponse(reply.answer.whole(done.text, finish_reason(done.stats),
+                                               done.stats, done.thinking, done.tool_calls))
 
-    async def _events(self, reply: _Reply, item: _Taken | None) -> AsyncIterator[str]:
+    async def _events(self, reply: _Reply, item: Taken | None) -> AsyncIterator[str]:
         answer = reply.answer
         try:
             yield json.dumps(answer.chunk({"role": "assistant", "content": ""}))
             while item is not None:
-                if item.thinking:
-                    yield json.dumps(answer.chunk({"reasoning_content": item.thinking}))
-                text = reply.text(item.text)
-                if text:
-                    yield json.dumps(answer.chunk({"content": text}))
+                if item.thought:
+                    yield json.dumps(answer.chunk({"reasoning_content": item.thought}))
+                if item.answer:
+                    yield json.dumps(answer.chunk({"content": item.answer}))
                 await asyncio.sleep(FLUSH_S)  # what comes meanwhile goes in one chunk
-                item = await reply.pieces.take()
+                item = await reply.arrivals.take()
             try:
                 done = reply.handle.future.result()
             except Exception as err:  # the headers are sent: say it in the stream
                 yield json.dumps(error_for(err).body())
                 return
-            tail = reply.stop_text.flush()
-            if tail:
-                yield json.dumps(answer.chunk({"content": tail}))
             for chunk in answer.call_chunks(done.tool_calls):
                 yield json.dumps(chunk)
             yield json.dumps(answer.last_chunk(finish_reason(done.stats), done.stats))
@@ -242,69 +229,35 @@ class LocalServer:
         self.on_change()
 
 
-class _Taken(NamedTuple):
-    thinking: str  # comes before the answer's text: a reply thinks first
-    text: str
+class _Arrivals:
+    """A reply's pieces as the server's event loop takes them: the writer wakes the loop
+    (``call_soon_threadsafe``) only when it waits, as the window's frame clock is."""
 
-
-class _Pieces:
-    """Streamed text from the inference thread to the server's event loop, batched as
-    the window's PieceStream is: the loop is woken only when nothing was waiting, and
-    takes everything that came since."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self._lock = threading.Lock()
-        self._parts: list[str] = []  # Thinking and answer text
-        self._ended = False
+    def __init__(self, pieces: Pieces, loop: asyncio.AbstractEventLoop) -> None:
+        self._pieces = pieces
         self._ready = asyncio.Event()
+        pieces.on_arrival(lambda: loop.call_soon_threadsafe(self._ready.set))
 
-    def put(self, text: str) -> None:
-        """Inference thread: a piece of the reply."""
-        with self._lock:
-            first = not self._parts
-            self._parts.append(text)
-        if first:
-            self._loop.call_soon_threadsafe(self._ready.set)
-
-    def end(self) -> None:
-        """Any thread: the reply is over."""
-        with self._lock:
-            self._ended = True
-        self._loop.call_soon_threadsafe(self._ready.set)
-
-    async def take(self) -> _Taken | None:
+    async def take(self) -> Taken | None:
         """Everything since the last take; None once the reply is over and all taken."""
         while True:
-            with self._lock:
-                if self._parts:
-                    taken = _Taken("".join(p for p in self._parts if isinstance(p, Thinking)),
-                                   "".join(p for p in self._parts
-                                           if not isinstance(p, Thinking)))
-                    self._parts.clear()
-                    return taken
-                if self._ended:
-                    return None
-                self._ready.clear()
+            self._ready.clear()
+            taken = self._pieces.take()
+            if taken:
+                return taken
+            if taken.ended:
+                return None
             await self._ready.wait()
 
 
 @dataclass
 class _Reply:
-    """A request's reply under way: its text arrives in ``pieces``."""
+    """A request's reply under way: its text arrives through ``arrivals``."""
 
     asked: CompletionRequest
     answer: Answer
     handle: ReplyHandle
-    pieces: _Pieces
-    stop_text: StopText
-
-    def text(self, piece: str) -> str:
-        """What of ``piece`` the client gets; a stop string ends the reply."""
-        text = self.stop_text.feed(piece)
-        if self.stop_text.hit:
-            self.handle.stop()
-        return text
+    arrivals: _Arrivals
 
 
 def _stop_started(started: Any) -> None:

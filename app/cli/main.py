@@ -212,12 +212,10 @@ def _models(args: argparse.Namespace) -> int:
     if args.json:
         from app.core.llama import devices, offload  # noqa: PLC0415 - loads llama.cpp
 
-        found = devices.list_devices()
-        unavailable = devices.gpu_support(found)
+        hardware = devices.survey()
         for entry in entries:
             record = entry.to_json()
-            plan = offload.for_entry(entry, loaded.settings.load_options(entry.path), found,
-                                     unavailable)
+            plan = offload.would_go(entry, loaded.settings.load_options(entry.path), hardware)
             if plan is not None:
                 record |= {"gpu_layers": plan.gpu_layers, "n_layers": plan.n_layers}
             print(json.dumps(record, ensure_ascii=False))

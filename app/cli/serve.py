@@ -24,7 +24,7 @@ def run_serve(args: argparse.Namespace) -> int:
         for notice in core.notices:
             out.notice(notice)
         try:
-            path = core.library.choose(args.model)
+            path = core.startup_model(args.model)
         except LookupError as err:
             out.error(str(err))
             return 2

@@ -31,34 +31,25 @@ def run_servers(args: argparse.Namespace) -> int:
     if loaded.problem:
         print(f"fireside: {loaded.problem}", file=sys.stderr)
     prefs = loaded.settings
-    known = servers.added(prefs.servers)
     if args.action == "add":
         try:
-            server = servers.check(args.name, args.url, args.key_env)
+            added = servers.add(prefs, args.name, args.url, key_env=args.key_env)
         except ValueError as err:
             print(f"fireside: {err}", file=sys.stderr)
             return 2
-        if any(s.name == server.name for s in known):
-            print(f"fireside: there is already a server called “{server.name}”; remove it "
-                  "first to change it.", file=sys.stderr)
-            return 2
-        if servers.travels_unencrypted(server.url):
-            print(f"fireside: warning: {server.url} is plain http to another network: your "
-                  "messages and its replies travel unencrypted. Use https if it offers it.",
-                  file=sys.stderr)
-        prefs.servers = [s.to_json() for s in (*known, server)]
+        for note in added.notes:
+            print(f"fireside: warning: {note}", file=sys.stderr)
         settings.save(prefs)
-        print(f"Added {server.name}. `fireside servers list` asks it for its models.")
+        print(f"Added {added.server.name}. `fireside servers list` asks it for its models.")
         return 0
     if args.action == "remove":
-        kept = [s for s in known if s.name != args.name]
-        if len(kept) == len(known):
+        if not servers.remove(prefs, args.name):
             print(f"fireside: no server called “{args.name}”", file=sys.stderr)
             return 2
-        prefs.servers = [s.to_json() for s in kept]
         settings.save(prefs)
         print(f"Removed {args.name}.")
         return 0
+    known = servers.added(prefs.servers)
     if not known:
         if not args.json:  # --json: JSON lines only, here none
             print("No servers added. Add one with `fireside servers add NAME URL`.")

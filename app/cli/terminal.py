@@ -29,11 +29,13 @@ from app.core.conversations.chat import (
     ChatTurn,
     ToolHooks,
 )
+from app.core.conversations.notices import Level
 from app.core.conversations.store import StoreError
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
 from app.core.options import DEFAULT_BATCH
 from app.core.reply import tool_calls
-from app.core.reply.replies import Thinking, ToolRun
+from app.core.reply.pieces import Pieces
+from app.core.reply.replies import ToolRun
 from app.core.tools import mcp_tools
 
 T = TypeVar("T")
@@ -53,7 +55,7 @@ class Output:
         self.out = out
         self.err = err
         self.hide_thinking = False
-        self._lock = threading.Lock()  # pieces arrive on the inference thread
+        self._lock = threading.Lock()  # the reply is written on a thread of its own
         self._in_thought = False
 
     def event(self, event: str, /, **fields: Any) -> None:
@@ -96,6 +98,14 @@ class Output:
         """Something the user should know that does not stop the chat."""
         self._tell("notice", message)
 
+    def tell(self, level: Level, message: str) -> None:
+        """One of the core's notices: an info is a note on stderr, a warning a notice,
+        an error an error (events with --json)."""
+        if level == "info":
+            self.note(message)
+        else:
+            self._tell("notice" if level == "warning" else "error", message)
+
     def _tell(self, event: str, message: str) -> None:
         if self.as_json:
             self.event(event, message=message)
@@ -131,7 +141,7 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
             if listing.problem:
                 out.notice(listing.problem)
     try:
-        model_path = core.library.choose(args.model)
+        model_path = core.startup_model(args.model)
     except LookupError as err:
         out.error(str(err))
         return 2
@@ -348,23 +358,30 @@ class _TerminalChat:
 
     def ask(self, text: str) -> None:
         try:
-            turn = self.core.send(text, self._piece, tools=self.tools).result()
+            turn = self.core.send(text, tools=self.tools).result()
         except (EngineError, StoreError) as err:
             self.out.error(str(err))
             return
-        self._finish(turn)
+        writer = threading.Thread(target=self._write, args=(turn.pieces,),
+                                  name="fireside-terminal-writer", daemon=True)
+        writer.start()
+        self._finish(turn, writer)
 
-    def _piece(self, text: str) -> None:
-        if isinstance(text, Thinking):
-            self.out.event("thinking_delta", text=text)
-            self.out.thought(text)
-            return
-        self.out.event("delta", text=text)
-        self.out.text(text)
+    def _write(self, pieces: Pieces) -> None:
+        """The reply's text as it comes, on a thread of its own: a slow reader (a pipe
+        into a slow program) takes larger batches and never slows the model."""
+        for taken in pieces:
+            if taken.thought:
+                self.out.event("thinking_delta", text=taken.thought)
+                self.out.thought(taken.thought)
+            if taken.answer:
+                self.out.event("delta", text=taken.answer)
+                self.out.text(taken.answer)
 
-    def _finish(self, turn: ChatTurn) -> None:
+    def _finish(self, turn: ChatTurn, writer: threading.Thread) -> None:
         try:
             result: ChatResult = _wait(turn.future, on_interrupt=turn.stop)
+            writer.join()  # the text is all written before what follows it
         except (KeyboardInterrupt, Terminated):
             turn.stop()
             # Give the reply a moment to be saved before leaving.
@@ -384,20 +401,16 @@ class _TerminalChat:
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
                        dropped_turns=stats.dropped_turns, **_placement(self.core.model))
-        if stats.finish_reason == "cut":
-            self.out.error(f"{stats.problem} The reply so far is kept; /model switches to "
-                           "another model to go on.")
         if not self.out.as_json:
             if stats.stopped:
                 self.out.note("[stopped]")
             if stats.dropped_turns:
                 self.out.note(f"[{stats.dropped_turns} earlier turn(s) left out to fit the "
                               "context]")
-        if turn.note:
-            self.out.note(turn.note)
-        if not result.saved:
-            self.out.error(f"This reply could not be saved ({result.save_error}). It is "
-                           "kept in memory and saved as soon as the disk has room.")
+        for notice in self.core.reply_notices(turn, result):
+            hint = " /model switches to another model to go on." \
+                if notice.about == "cut" else ""
+            self.out.tell(notice.level, notice.text + hint)
 
     def loop(self) -> None:
         interactive = sys.stdin.isatty() and not self.out.as_json

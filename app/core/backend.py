@@ -18,6 +18,7 @@ from typing import Any, NamedTuple, Protocol, TypeVar
 
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import thinking
+from app.core.reply.pieces import Pieces
 from app.core.reply.replies import Reply
 from app.core.reply.templates import ChatTemplate, Segment
 from app.core.reply.tool_calls import ToolPlan
@@ -148,7 +149,6 @@ class Session:
 
 
 PromptBuilder = Callable[[Session], PromptPlan]
-PieceCallback = Callable[[str], None]
 
 
 def plan_prompt(build: PromptBuilder, session: Session) -> PromptPlan:
@@ -178,10 +178,12 @@ def reusable_prefix(held: Iterable[int], tokens: Sequence[int]) -> int:
 
 @dataclass(eq=False)
 class ReplyHandle:
-    """A reply being generated: its future, and a way to stop it."""
+    """A reply being generated: its text as it streams (``pieces``), its future (the
+    whole Reply with its figures), and a way to stop it."""
 
     future: Future[Reply] = field(default_factory=Future)
     owner: int | None = None  # the conversation the reply is for (its states are its own)
+    pieces: Pieces = field(default_factory=Pieces)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def stop(self) -> None:
@@ -209,11 +211,10 @@ class Backend(Protocol):
         """Start a new chat: forget the sequence's history; the model stays."""
         ...
 
-    def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None,
-                 owner: int | None = None) -> ReplyHandle:
-        """Stream a reply; ``on_piece`` is called (on the backend's thread) per piece.
-        ``owner``: the stored conversation it answers, if one."""
+    def generate(self, build: PromptBuilder, sampling: Sampling, owner: int | None = None,
+                 pieces: Pieces | None = None) -> ReplyHandle:
+        """Stream a reply into ``pieces`` (a turn's, shared by its replies; else one of
+        the reply's own, ended with it). ``owner``: the stored conversation it answers."""
         ...
 
     def stop(self) -> None:
@@ -307,17 +308,18 @@ class OneThreadBackend:
         """Start a new chat: forget the sequence's history; the model and context stay."""
         return self._submit(self._clear)
 
-    def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None,
-                 owner: int | None = None) -> ReplyHandle:
-        """Stream a reply. ``on_piece`` is called on the backend's thread for each piece."""
-        handle = ReplyHandle(owner=owner)
+    def generate(self, build: PromptBuilder, sampling: Sampling, owner: int | None = None,
+                 pieces: Pieces | None = None) -> ReplyHandle:
+        """Stream a reply into its handle's ``pieces`` (see Backend.generate)."""
+        handle = ReplyHandle(owner=owner, pieces=pieces or Pieces())
+        if pieces is None:  # its own: it ends with the reply, after the future is set
+            handle.future.add_done_callback(lambda _done: handle.pieces.end())
         with self._lock:
             self._replies.add(handle)
 
         def run() -> Reply:
             try:
-                return self._generate(handle, build, sampling, on_piece)
+                return self._generate(handle, build, sampling)
             finally:
                 with self._lock:
                     self._replies.discard(handle)
@@ -383,8 +385,8 @@ class OneThreadBackend:
     def _clear(self) -> None:
         raise NotImplementedError
 
-    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
-                  on_piece: PieceCallback | None) -> Reply:
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling) -> Reply:
+        """Write the reply into ``handle.pieces`` as it comes; return it whole."""
         raise NotImplementedError
 
     def _unload(self) -> None:

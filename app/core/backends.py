@@ -16,12 +16,12 @@ from app.core.backend import (
     Backend,
     KeptStates,
     LoadedModel,
-    PieceCallback,
     PromptBuilder,
     ReplyHandle,
 )
 from app.core.options import LoadOptions, Sampling
 from app.core.remote import servers
+from app.core.reply.pieces import Pieces
 
 
 class Backends:
@@ -58,10 +58,9 @@ class Backends:
     def clear(self) -> Future[None]:
         return self._active.clear()
 
-    def generate(self, build: PromptBuilder, sampling: Sampling,
-                 on_piece: PieceCallback | None = None,
-                 owner: int | None = None) -> ReplyHandle:
-        return self._active.generate(build, sampling, on_piece, owner)
+    def generate(self, build: PromptBuilder, sampling: Sampling, owner: int | None = None,
+                 pieces: Pieces | None = None) -> ReplyHandle:
+        return self._active.generate(build, sampling, owner, pieces)
 
     def stop(self) -> None:
         self.local.stop()

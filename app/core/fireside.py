@@ -20,8 +20,10 @@ futures they return (``.result()`` in the terminal, ``asyncio.wrap_future`` in t
 window) and turns what comes back into its own events. A whole face, in short::
 
     core = Fireside.open()
-    core.load(core.library.choose(None)).result()
-    turn = core.send("Hello!", on_piece=lambda text: print(text, end="")).result()
+    core.load(core.startup_model()).result()
+    turn = core.send("Hello!").result()
+    for taken in turn.pieces:  # its text as it streams
+        print(taken.answer, end="", flush=True)
     print("\\n", turn.future.result().reply.stats)  # stored, with its figures
     core.close()
 """
@@ -46,11 +48,11 @@ from app.core.backend import (
     LoadCancelled,
     LoadedModel,
     NoModelLoaded,
-    PieceCallback,
     PromptBuilder,
     ReplyHandle,
 )
-from app.core.conversations.chat import ChatService, ChatTurn, ToolHooks, Tooling
+from app.core.conversations.chat import ChatResult, ChatService, ChatTurn, ToolHooks, Tooling
+from app.core.conversations.notices import Notice, after_reply, base_model_note
 from app.core.conversations.store import Conversation, Message, Store, StoreError, open_store
 from app.core.llama import cpu_backends, devices, offload
 from app.core.models.catalog import ModelEntry
@@ -208,18 +210,19 @@ class Fireside:
         """The open conversation, if it is saved."""
         return self.chat.conversation()
 
-    def startup_model(self) -> Path | None:
-        """The model to load at the start: the user's default, else the best one found."""
-        wanted = self.settings.default_model
-        if wanted and Path(wanted).is_file():
-            path = Path(wanted)
-        else:
-            try:
-                path = self.library.choose(None)
-            except LookupError:
-                return None
-        self.library.add(path)  # listed even if no folder holds it
+    def startup_model(self, named: str | None = None) -> Path:
+        """The model to load at the start: the one a face was told to use (a path or a
+        name), else the one rule every face follows (``choice.start_model``). LookupError
+        with a message for the user if there is none."""
+        path = self.library.choose(named)
+        if path.is_file():
+            self.library.add(path)  # listed even if no folder holds it
         return path
+
+    def reply_notices(self, turn: ChatTurn, result: ChatResult) -> list[Notice]:
+        """What to tell the user now that ``turn`` is done with ``result``, the tool
+        servers' new problems among it (each told once)."""
+        return after_reply(turn, result, self.toolbox.take_problems())
 
     def last_user_text(self) -> str | None:
         users = [m for m in self.history() if m.role == "user"]
@@ -244,9 +247,8 @@ class Fireside:
         """Where ``entry``'s layers would go if it loaded now (None: a server's model or
         a file that cannot load)."""
         current = self.model
-        found = offload.freed(hardware.devices, current.placement if current else None)
-        return offload.for_entry(entry, self.load_options(entry.path), found,
-                                 hardware.unavailable)
+        return offload.would_go(entry, self.load_options(entry.path), hardware,
+                                current.placement if current else None)
 
     def kept_states(self) -> KeptStates:
         """The conversations' sequence states kept, in memory and on disk (any thread)."""
@@ -311,25 +313,26 @@ class Fireside:
                 cancel.set()
         self.engine.cancel_load()
 
-    def send(self, text: str, on_piece: PieceCallback | None = None,
-             preempt: bool = False, tools: ToolHooks | None = None) -> Future[ChatTurn]:
-        """Store ``text`` in the open conversation (a new one if none) and stream a reply.
+    def send(self, text: str, preempt: bool = False,
+             tools: ToolHooks | None = None) -> Future[ChatTurn]:
+        """Store ``text`` in the open conversation (a new one if none) and stream a reply:
+        the turn's ``pieces`` hold its text as it comes, its future the stored result.
         With ``tools`` (the face's part in calls) the reply may call the tools of the
         servers switched on, if the conversation has tools on."""
 
         def run() -> ChatTurn:
             model = self.engine.loaded
             first = not any(m.role == "assistant" for m in self.history())
-            turn = self.chat.send(text, self.sampling(), self.system_prompt(), on_piece,
-                                  self._tooling(tools), tools_on=self.tools_on)
+            turn = self.chat.send(text, self.sampling(), self.system_prompt(),
+                                  self._tooling(tools), tools_on=self.tools_on,
+                                  stopped=self._wanted_now())
             if model is not None and model.base_model and first:
                 turn.note = base_model_note(model.name)
             return self._start(turn)
 
         return self._queue(run, preempt)
 
-    def edit_last(self, text: str, conversation_id: int | None,
-                  on_piece: PieceCallback | None = None, preempt: bool = False,
+    def edit_last(self, text: str, conversation_id: int | None, preempt: bool = False,
                   tools: ToolHooks | None = None) -> Future[Rewound | ChatTurn]:
         """Replace the last user message of ``conversation_id`` (and its reply) with
         ``text``; if another conversation is open by the time it runs, send ``text``
@@ -339,17 +342,18 @@ class Fireside:
         def run() -> Rewound | ChatTurn:
             if self.conversation_id != conversation_id or self.last_user_text() is None:
                 return self._start(self.chat.send(text, self.sampling(), self.system_prompt(),
-                                                  on_piece, self._tooling(tools)))
+                                                  self._tooling(tools),
+                                                  stopped=self._wanted_now()))
             history = self.chat.history()
             users = [i for i, m in enumerate(history) if m.role == "user"]
             before = history[:users[-1]] if users else history
-            turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(), on_piece,
-                                       self._tooling(tools))
+            turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(),
+                                       self._tooling(tools), stopped=self._wanted_now())
             return Rewound(self._start(turn), before, self.conversation_id)
 
         return self._queue(run, preempt)
 
-    def regenerate(self, on_piece: PieceCallback | None = None, preempt: bool = False,
+    def regenerate(self, preempt: bool = False,
                    tools: ToolHooks | None = None) -> Future[Rewound | None]:
         """Write the last reply again; None if the conversation has no message to answer."""
 
@@ -359,23 +363,24 @@ class Fireside:
                 return None
             while history and history[-1].role == "assistant":
                 history = history[:-1]
-            turn = self.chat.regenerate(self.sampling(), self.system_prompt(), on_piece,
-                                        self._tooling(tools))
+            turn = self.chat.regenerate(self.sampling(), self.system_prompt(),
+                                        self._tooling(tools), stopped=self._wanted_now())
             return Rewound(self._start(turn), history, self.conversation_id)
 
         return self._queue(run, preempt)
 
-    def answer(self, build: PromptBuilder, sampling: Callable[[LoadedModel], Sampling],
-               on_piece: PieceCallback | None = None) -> Future[ReplyHandle]:
+    def answer(self, build: PromptBuilder,
+               sampling: Callable[[LoadedModel], Sampling]) -> Future[ReplyHandle]:
         """A reply to messages that are no conversation (a local API request), queued
-        with the user's actions; the handle once it runs, its text in its future. It
-        is never stored, and the user's actions do not stop it: only its own client."""
+        with the user's actions; the handle once it runs: its text as it streams in its
+        ``pieces``, the whole reply in its future. It is never stored, and the user's
+        actions do not stop it: only its own client."""
 
         def run() -> ReplyHandle:
             model = self.engine.loaded
             if model is None or self._closed.is_set():
                 raise NoModelLoaded()
-            handle = self.engine.generate(build, sampling(model), on_piece)
+            handle = self.engine.generate(build, sampling(model))
             self._reply = handle
             return handle
 
@@ -455,11 +460,16 @@ class Fireside:
         with contextlib.suppress(NoModelLoaded):  # nothing to clear
             self.chat.new_chat().result()
 
+    def _wanted_now(self) -> bool:
+        """An action queued after the one running wants the model now (or Fireside is
+        closing): a reply begun now is stopped before its first token."""
+        return self._closed.is_set() or self._preempting > 0
+
     def _start(self, turn: ChatTurn) -> ChatTurn:
         """The reply holds the queue until it is saved (see ``_queue``)."""
         self._reply = turn
-        if self._closed.is_set() or self._preempting:
-            turn.stop()  # an action queued after it wants the model now
+        if self._wanted_now():
+            turn.stop()  # one that came while it was being set up
         return turn
 
     def _queue(self, action: Callable[[], T], preempt: bool) -> Future[T]:
@@ -541,12 +551,6 @@ class Fireside:
         except StoreError as err:
             logger.warning("deleted conversations not purged: %s", err)
         self.store.close()
-
-
-def base_model_note(name: str) -> str:
-    """What the first reply of a base model in a chat says, once."""
-    return (f"{name} is a base model: it continues the text it is given rather than "
-            "answering it. For a conversation, choose a chat (instruct) model.")
 
 
 def _given(**values: Any) -> dict[str, Any]:

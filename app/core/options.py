@@ -87,3 +87,6 @@ class Sampling:
     # on a thought before Fireside ends it (None: no limit).
     thinking: str = "on"
     thinking_budget: int | None = None
+    # Text that ends the reply besides the model's own ends (the local API's ``stop``):
+    # applied where the model's are, so the reply ends at the same token.
+    stop: tuple[str, ...] = ()

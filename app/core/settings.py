@@ -22,12 +22,14 @@ logger = logging.getLogger(__name__)
 
 API_PORT = 8484  # Fireside's own API, unless taken or changed
 _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
+# The Sampling fields a user sets (a request's own stop strings are never saved).
+_SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling) if f.name != "stop")
 JsonObject = dict[str, Any]  # kept as it is when it is an object; read where it is used
 
 # What a model can have of its own (stored only when it differs from the defaults).
 MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
                 "flash_attention", "kv_cache", "batch_size", "prompt_threads", "gpu_layers",
-                *(f.name for f in dataclasses.fields(Sampling)))
+                *_SAMPLING_FIELDS)
 
 
 @dataclass
@@ -80,8 +82,8 @@ class Settings:
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""
         own = self.model_overrides(model)
-        sampling = Sampling(**{f.name: own.get(f.name, getattr(self, f.name))
-                               for f in dataclasses.fields(Sampling)})
+        sampling = Sampling(**{name: own.get(name, getattr(self, name))
+                               for name in _SAMPLING_FIELDS})
         if sampling.thinking not in THINKING_CHOICES:  # a hand-edited file
             sampling = dataclasses.replace(sampling, thinking="on")
         return sampling

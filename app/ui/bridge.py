@@ -1,51 +1,44 @@
-"""What crosses from the inference thread to the GUI thread: streamed text, progress,
-and the calls of a reply.
+"""What crosses from the core's threads to the GUI thread: streamed text, progress, and
+the calls of a reply.
 
-Both are called on the inference thread and emit a signal that Qt queues to the GUI
-thread. Streamed pieces are batched: a signal is emitted only when the GUI waits for
-one (its last take found nothing), and the GUI takes everything that arrived since, so
-a busy GUI thread gets fewer, larger updates instead of a growing backlog of events,
-and a GUI that comes back on its own (each frame) is not woken for each piece.
+A reply's text waits in the core's buffer (``Pieces``); ``PieceStream`` only wakes the
+GUI thread, through a signal Qt queues to it, when the GUI waits for text (its last take
+found nothing). The GUI takes everything that arrived since, so a busy GUI thread gets
+fewer, larger updates instead of a growing backlog of events, and a GUI that comes back
+on its own (each frame) is not woken for each piece.
 """
 
 from __future__ import annotations
 
-import threading
+import contextlib
 
 from PySide6.QtCore import QObject, Signal
 
-from app.core.reply.replies import Thinking
+from app.core.reply.pieces import Pieces
 
 
 class PieceStream(QObject):
-    """Streamed text waiting for the GUI thread."""
+    """A reply's streamed text, as the GUI thread takes it."""
 
     arrived = Signal()
     """Text is waiting: call take()."""
 
-    def __init__(self, parent: QObject | None = None) -> None:
+    def __init__(self, pieces: Pieces, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._lock = threading.Lock()
-        self._parts: list[str] = []
-        self._waited = True  # the GUI waits for ``arrived`` (its last take found nothing)
+        self._pieces = pieces
+        pieces.on_arrival(self._wake)
 
-    def put(self, text: str) -> None:
-        """Inference thread: queue a piece of the reply."""
-        with self._lock:
-            self._parts.append(text)
-            wake, self._waited = self._waited, False
-        if wake:
+    def _wake(self) -> None:
+        """On the thread that writes the reply."""
+        with contextlib.suppress(RuntimeError):  # the window is gone: nothing to wake
             self.arrived.emit()
 
     def take(self) -> tuple[str, str]:
         """GUI thread: the (thinking, answer) that arrived since the last take(); a reply
         thinks first, so the thinking comes before the answer's text. Taking nothing
         means waiting: the next piece emits ``arrived``; else the GUI comes back itself."""
-        with self._lock:
-            parts, self._parts = self._parts, []
-            self._waited = not any(parts)
-        return ("".join(p for p in parts if isinstance(p, Thinking)),
-                "".join(p for p in parts if not isinstance(p, Thinking)))
+        taken = self._pieces.take()
+        return taken.thought, taken.answer
 
 
 class ProgressRelay(QObject):

@@ -20,7 +20,7 @@ from PySide6.QtCore import QObject, Signal
 
 from app.core.backend import EngineError
 from app.core.conversations.chat import ChatTurn, ToolHooks
-from app.core.conversations.store import Conversation, StoreError
+from app.core.conversations.store import Conversation, Message, StoreError
 from app.core.fireside import Fireside, Rewound
 from app.core.reply.replies import ToolRun
 from app.ui import event_loop, notices
@@ -28,6 +28,9 @@ from app.ui.bridge import PieceStream, ToolRelay
 from app.ui.event_loop import read, wait
 
 Action = Callable[..., Coroutine[Any, Any, None]]
+# The core's notices after a reply, on the window's bar.
+_SAY: dict[str, Callable[[str], None]] = {
+    "info": notices.info, "warning": notices.warning, "error": notices.error}
 
 
 def _action(stops_reply: bool = True) -> Callable[[Action], Callable[..., asyncio.Task[None]]]:
@@ -165,34 +168,30 @@ class ChatController(QObject):
 
     @_action()
     async def _send(self, text: str, edit_in: int | None, editing: bool) -> None:
-        pieces = PieceStream(self)  # filled by the inference thread
         core = self.core
         if core.answering:
             notices.info("Waiting for the local server's request to finish…")
         try:
             if editing:
                 started: Rewound | ChatTurn = await wait(core.edit_last(
-                    text, edit_in, pieces.put, preempt=True, tools=self._tools()))
+                    text, edit_in, preempt=True, tools=self._tools()))
             else:
-                started = await wait(core.send(text, pieces.put, preempt=True,
-                                               tools=self._tools()))
+                started = await wait(core.send(text, preempt=True, tools=self._tools()))
         except (EngineError, StoreError):
             self.send_refused.emit(text)
             raise
         if isinstance(started, Rewound):
             await self._show(started)
             started = started.turn
-        await self._begin(started, text, pieces)
+        await self._begin(started, text)
         self.conversations_changed.emit()  # a new conversation, or a new order
 
     @_action()
     async def regenerate(self) -> None:
-        pieces = PieceStream(self)
-        started = await wait(self.core.regenerate(pieces.put, preempt=True,
-                                                  tools=self._tools()))
+        started = await wait(self.core.regenerate(preempt=True, tools=self._tools()))
         if started is not None:
             await self._show(started)
-            await self._begin(started.turn, "", pieces)
+            await self._begin(started.turn, "")
 
     @_action()
     async def new_chat(self) -> None:
@@ -242,7 +241,8 @@ class ChatController(QObject):
         self.conversation_opened.emit(rewound.conversation_id, rewound.before)
         await asyncio.sleep(0)  # each change of the transcript gets its own turn
 
-    async def _begin(self, turn: ChatTurn, text: str, pieces: PieceStream) -> None:
+    async def _begin(self, turn: ChatTurn, text: str) -> None:
+        pieces = PieceStream(turn.pieces, self)  # the core's buffer, as the GUI takes it
         self._turn = turn
         self._calls_shown = False
         self.streaming_changed.emit(True)
@@ -265,18 +265,11 @@ class ChatController(QObject):
             self.reply_finished.emit(result.reply.text, result.reply.stats)
             if self._calls_shown:  # the replies and calls as stored, each in its place
                 self.conversation_opened.emit(self.core.conversation_id,
-                                              read(self.core.history, []))
-            if turn.note:
-                notices.info(turn.note)
-            for problem in self.core.toolbox.take_problems():
-                notices.warning(problem)
-            if result.reply.stats.finish_reason == "cut":
-                notices.error(f"{result.reply.stats.problem} The reply so far is kept; any "
-                              "model can go on with the conversation.")
-            if not result.saved:
-                reason = (result.save_error or "The reply could not be saved").rstrip(".")
-                notices.error(f"{reason}. The reply is shown and kept in this window; it "
-                              "is saved as soon as there is room again.")
+                                              read(self.core.history, list[Message]()))
+            for notice in self.core.reply_notices(turn, result):
+                hint = " Any model can go on with the conversation." \
+                    if notice.about == "cut" else ""
+                _SAY[notice.level](notice.text + hint)
         finally:
             pieces.deleteLater()  # the transcript is done with it
             with self._asked_lock:

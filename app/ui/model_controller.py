@@ -57,7 +57,10 @@ class ModelController(QObject):
 
     def start(self) -> None:
         """List the models found, follow their folders, and load the one to start with."""
-        path = self.core.startup_model()
+        try:
+            path: Path | None = self.core.startup_model()
+        except LookupError:
+            path = None  # said below, with a way to the models folder
         self._show_library()
         self.core.library.watch(self._library_changed.emit)
         self.ask_servers()

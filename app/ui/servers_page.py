@@ -96,29 +96,17 @@ class ServersPage(QWidget):
 
     def add_server(self) -> None:
         try:
-            server = servers.check(self.name_edit.text(), self.url_edit.text())
+            added = servers.add(self.prefs, self.name_edit.text(), self.url_edit.text(),
+                                key=self.key_edit.text(),
+                                key_in_file=self.key_in_file.isChecked())
         except ValueError as err:
             self._say(str(err))
             return
-        if any(s.name == server.name for s in self.added):
-            self._say(f"There is already a server called “{server.name}”.")
-            return
-        notes = []
-        key = self.key_edit.text().strip()
-        if key:
-            store = secrets.keep(server.name, key, self.key_in_file.isChecked())
-            server = Server(server.name, server.url, key_store=store)
-            if store == "session":
-                notes.append("This computer has no keyring: the key is kept until Fireside "
-                             "closes.")
-        if servers.travels_unencrypted(server.url):
-            notes.append("This is plain http to another network: your messages and the "
-                         "replies travel unencrypted.")
-        self.prefs.servers = [s.to_json() for s in (*self.added, server)]
         self._save()
         for edit in (self.name_edit, self.url_edit, self.key_edit):
             edit.clear()
-        self._say(" ".join([f"Added {server.name}; asking it for its models…", *notes]))
+        self._say(" ".join([f"Added {added.server.name}; asking it for its models…",
+                            *added.notes]))
         self._fill()
         self.servers_changed.emit()
 
@@ -127,8 +115,7 @@ class ServersPage(QWidget):
         if item is None:
             return
         name = item.data(Qt.ItemDataRole.UserRole)
-        secrets.forget(name)
-        self.prefs.servers = [s.to_json() for s in self.added if s.name != name]
+        servers.remove(self.prefs, name)
         self._save()
         self._say(f"Removed {name}.")
         self._fill()

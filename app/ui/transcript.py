@@ -2,8 +2,8 @@
 
 Messages live in a ``MessageColumn``, which builds widgets only near the view (see
 there), so a conversation of 5,000 messages opens as fast as one of 10. A streaming
-reply's text comes through one buffer (``PieceStream``, filled by the inference
-thread): the first text after a pause is written at once, what follows at most once
+reply's text comes through one buffer (the core's ``Pieces``, taken through a
+``PieceStream``): the first text after a pause is written at once, what follows at most once
 a frame (``FRAME_MS``), by ``LiveReply``, whose cost per piece does not grow with the
 reply. While the view is at the bottom it follows the reply; once the user scrolls up
 it stays put.

@@ -15,9 +15,7 @@ import os
 import statistics
 import sys
 import tempfile
-import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import llama_cpp
@@ -90,7 +88,7 @@ def bench_decode(engine: Engine) -> None:
     ours, theirs = [], []
     for _ in range(ROUNDS):
         engine.clear().result()
-        reply = engine.generate(build, sampling, lambda _piece: None).future.result()
+        reply = engine.generate(build, sampling).future.result()
         ours.append(reply.stats.tokens_per_s)
         rate, count = plain_generate_rate(reference, tokens, sampling)
         theirs.append(rate)
@@ -169,19 +167,17 @@ def bench_threads() -> None:
            f"{rates['library default']:.1f} tok/s")
 
 
-def stop_latency(engine: Engine, text: str, after: Callable[[list[str]], bool],
-                 max_tokens: int) -> float:
-    pieces: list[str] = []
-    ready = threading.Event()
-
-    def on_piece(piece: str) -> None:
-        pieces.append(piece)
-        if after(pieces):
-            ready.set()
-
+def stop_latency(engine: Engine, text: str, pieces_first: int, max_tokens: int) -> float:
+    """Seconds from a stop to the reply's end: 0.7 s into its prompt (``pieces_first``
+    0), or once that many pieces were written."""
     handle = engine.generate(lambda s: prompt_for(s, text),
-                             Sampling(temperature=0.8, max_tokens=max_tokens, seed=2), on_piece)
-    ready.wait(0.7 if after([]) else 60)  # prompt processing: stop 0.7 s into it
+                             Sampling(temperature=0.8, max_tokens=max_tokens, seed=2))
+    deadline = time.perf_counter() + (0.7 if not pieces_first else 60)
+    while handle.pieces.mark().answer < pieces_first or not pieces_first:
+        if time.perf_counter() >= deadline:
+            break
+        handle.pieces.wait(0.01 if not pieces_first else 1)
+        handle.pieces.take()
     started = time.perf_counter()
     handle.stop()
     handle.future.result()
@@ -191,10 +187,9 @@ def stop_latency(engine: Engine, text: str, after: Callable[[list[str]], bool],
 def bench_stop(engine: Engine) -> None:
     engine.load(SMOL).result()
     engine.clear().result()
-    prefill = stop_latency(engine, " ".join(f"w{i}" for i in range(1500)),
-                           lambda pieces: not pieces, 10)
+    prefill = stop_latency(engine, " ".join(f"w{i}" for i in range(1500)), 0, 10)
     engine.clear().result()
-    decode = stop_latency(engine, STORY, lambda pieces: len(pieces) >= 20, 2000)
+    decode = stop_latency(engine, STORY, 20, 2000)
     print(f"{'stop latency (target < 0.2 s)':<34} prompt processing {prefill * 1000:.1f} ms, "
           f"generation {decode * 1000:.1f} ms", flush=True)
 

@@ -61,27 +61,22 @@ def main(replies: int) -> int:
         from PySide6.QtWidgets import QApplication
 
         from app.core import settings
-        from app.core.llama import engine
+        from app.core.reply import pieces
         from app.ui import message_widget, theme
         from app.ui.window import MainWindow
         from tests.benchmarks.bench_window import ready
 
-        generate = engine.Engine.generate
+        put = pieces.Pieces.put
+        produced: dict[int, int] = {}  # answer characters written, per reply's pieces
 
-        def timed_generate(self: engine.Engine, build: object, sampling: object,
-                           on_piece: object = None, owner: int | None = None) -> object:
-            produced = [0]
-
-            def piece(text: str) -> None:
+        def timed_put(self: pieces.Pieces, text: str, thought: bool = False) -> None:
+            if not thought:
                 with clock.lock:
-                    produced[0] += len(text)
-                    clock.produced.append((time.perf_counter(), produced[0]))
-                if callable(on_piece):
-                    on_piece(text)
+                    produced[id(self)] = produced.get(id(self), 0) + len(text)
+                    clock.produced.append((time.perf_counter(), produced[id(self)]))
+            put(self, text, thought)
 
-            return generate(self, build, sampling, piece, owner)  # type: ignore[arg-type]
-
-        engine.Engine.generate = timed_generate  # type: ignore[method-assign,assignment]
+        pieces.Pieces.put = timed_put  # type: ignore[method-assign]
         stream = message_widget.MessageWidget.stream
         written = [0]
 

@@ -58,7 +58,7 @@ def main(rounds: int) -> int:
             figures: dict[str, list[float]] = {key: [] for key in (
                 "restored", "full", "switch", "restart", "stall", "stall_none")}
             for _ in range(rounds):
-                states = core.engine.states
+                states = core.engine.local.states  # the engine's own cache
                 core.engine.clear_states().result()
                 core.new_chat().result()
                 stats = None

@@ -30,7 +30,6 @@ from app.core.llama.engine import Engine
 from app.core.models import bundled
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import templates, thinking
-from app.core.reply.replies import Thinking
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "templates"
 STORY = "Write a long story about a dragon who loves tea."
@@ -96,6 +95,7 @@ def rendering() -> None:
 def window_stall() -> None:
     from PySide6.QtWidgets import QApplication
 
+    from app.core.reply.pieces import Pieces
     from app.ui.bridge import PieceStream
     from app.ui.transcript import TranscriptView
     from tests.heartbeat import Heartbeat
@@ -108,12 +108,12 @@ def window_stall() -> None:
         view = TranscriptView()
         view.resize(900, 700)
         view.show()
-        stream = PieceStream()
-        view.begin_reply("Model", stream)
+        stream = Pieces()
+        view.begin_reply("Model", PieceStream(stream))
         row = view.message_widgets()[-1]
-        def produce(stream: PieceStream = stream) -> None:
+        def produce(stream: Pieces = stream) -> None:
             for i in range(5000):
-                stream.put(Thinking(WORDS[i % len(WORDS)]))
+                stream.put(WORDS[i % len(WORDS)], thought=True)
                 time.sleep(0.0004)
             stream.put("The answer.")
 

@@ -27,6 +27,7 @@ from PySide6.QtCore import QEventLoop, QTimer
 from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
 from app.core.conversations.store import Message
+from app.core.reply.pieces import Pieces
 from app.ui import markdown
 from app.ui.bridge import PieceStream
 from app.ui.transcript import TranscriptView
@@ -122,8 +123,8 @@ def bench_streaming(app: QApplication) -> None:
     settle(0.5)
     pieces = long_reply(2000)
     view.add_user_message("Explain, at length, how to sum a CSV column.")
-    stream = PieceStream(view)
-    view.begin_reply("SmolLM2-135M-Instruct", stream)
+    stream = Pieces()
+    view.begin_reply("SmolLM2-135M-Instruct", PieceStream(stream, view))
     times = []
     for piece in pieces:
         start = time.perf_counter()

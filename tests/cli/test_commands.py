@@ -62,6 +62,24 @@ def test_a_base_model_says_once_that_it_continues_text(gemma_path: Path,
     assert "base model" not in chat_model.stderr
 
 
+def test_the_model_at_start_is_the_users_choice_before_the_last_one_used(
+        gemma_path: Path, smollm2_path: Path) -> None:
+    prefs = settings.load().settings
+    prefs.default_model, prefs.last_model = str(gemma_path), str(smollm2_path)
+    settings.save(prefs)
+
+    def loaded(*args: str) -> Path:
+        result = fireside("chat", "--json", "--max-tokens", "1", *args, "Hi")
+        assert result.returncode == 0, result.stderr
+        event, = [e for e in events(result.stdout) if e["event"] == "model_loaded"]
+        return Path(event["path"])
+
+    assert loaded() == gemma_path  # "Model at start", as the window starts with
+    assert loaded("--model", str(smollm2_path)) == smollm2_path  # named: it wins
+    assert settings.load().settings.last_model == str(smollm2_path)
+    assert loaded() == gemma_path  # the setting still comes before the last one used
+
+
 def answer(reference: Reference, model: Path, max_tokens: int = 24) -> str:
     """What llama-cpp-python answers PROBE with here, greedily, as `chat --temperature 0`."""
     return reference.reply(model, PROBE, Sampling(temperature=0.0, max_tokens=max_tokens))

@@ -3,6 +3,7 @@ server on loopback, a real wrong key, a real port where nothing listens."""
 
 from __future__ import annotations
 
+import configparser
 import http.server
 import json
 import os
@@ -14,10 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import keyring
 import pytest
+from keyrings.alt.file import PlaintextKeyring
 
 from app.core import paths, settings
-from app.core.remote import servers
+from app.core.remote import secrets, servers
 from tests.cli.test_commands import events, fireside
 from tests.model_server import free_port, llama_server
 
@@ -64,6 +67,42 @@ def test_a_server_added_in_the_terminal_lists_its_models_beside_the_local_ones(
     removed = fireside("servers", "remove", "big box")
     assert removed.returncode == 0 and listed() == []
     assert fireside("servers", "list").stdout.startswith("No servers added.")
+
+
+@pytest.fixture
+def keyring_file(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A real keyring backend (keyrings.alt's file, under the test's home) for this
+    process and the commands it runs."""
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyrings.alt.file.PlaintextKeyring")
+    before = keyring.get_keyring()
+    backend = PlaintextKeyring()
+    keyring.set_keyring(backend)
+    yield Path(backend.file_path)
+    keyring.set_keyring(before)
+
+
+def test_removing_a_server_in_the_terminal_takes_its_key_out_of_the_keyring(
+        keyring_file: Path) -> None:
+    prefs = settings.load().settings
+    # As Settings → Servers adds one: the key goes to the keyring, its place to settings.
+    added = servers.add(prefs, "keyed box", "http://127.0.0.1:8080/v1", key=KEY)
+    settings.save(prefs)
+    assert added.server.key_store == "keyring"
+    assert PlaintextKeyring().get_password(secrets.SERVICE, "keyed box") == KEY
+    assert len(kept_keys(keyring_file)) == 1
+
+    removed = fireside("servers", "remove", "keyed box")
+    assert removed.returncode == 0 and "Removed keyed box" in removed.stdout, removed.stderr
+    assert listed() == []
+    assert PlaintextKeyring().get_password(secrets.SERVICE, "keyed box") is None
+    assert kept_keys(keyring_file) == []
+
+
+def kept_keys(path: Path) -> list[str]:
+    """The keys Fireside has in the keyring's file, by server (as the file escapes it)."""
+    stored = configparser.RawConfigParser()
+    stored.read(path, encoding="utf-8")
+    return stored.options(secrets.SERVICE) if stored.has_section(secrets.SERVICE) else []
 
 
 def test_a_wrong_or_missing_key_is_named_and_the_key_never_shown(

@@ -19,21 +19,28 @@ import pytest
 from app.core.conversations.store import Store
 from app.core.llama.engine import Engine, PromptPlan, Reply, Sampling, Session
 from app.core.reply import templates
+from app.core.reply.pieces import Taken
+from tests.streams import Taker
 
 GREEDY = Sampling(temperature=0.0, max_tokens=24, seed=1)
 PROBE = "What is the capital of France?"
 
 
 def ask(engine: Engine, messages: Sequence[dict[str, str]], sampling: Sampling = GREEDY,
-        system_prompt: str | None = None, pieces: list[str] | None = None) -> Reply:
-    """Render ``messages`` with the loaded model's template and wait for the reply."""
+        system_prompt: str | None = None, taken: list[Taken] | None = None) -> Reply:
+    """Render ``messages`` with the loaded model's template and wait for the reply;
+    ``taken``: filled with what a face took of it as it streamed, batch by batch."""
 
     def build(session: Session) -> PromptPlan:
         segments = templates.render(session.template, messages, system_prompt=system_prompt)
         return PromptPlan(session.encode(segments))
 
-    handle = engine.generate(build, sampling, pieces.append if pieces is not None else None)
-    return handle.future.result(timeout=120)
+    handle = engine.generate(build, sampling)
+    taker = Taker(handle.pieces)
+    reply = handle.future.result(timeout=120)
+    if taken is not None:
+        taken.extend(taker.wait().batches)
+    return reply
 
 
 def user(text: str) -> list[dict[str, str]]:

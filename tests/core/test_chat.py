@@ -21,6 +21,7 @@ from app.core.llama.engine import Engine, LoadOptions, PromptTooLong, Sampling
 from tests.core.helpers import GREEDY, PROBE
 from tests.reference import Reference
 from tests.scripted_engine import ScriptedEngine
+from tests.streams import Taker
 
 
 @pytest.fixture
@@ -35,10 +36,11 @@ def chat(smollm2_path: Path) -> Iterator[ChatService]:
 
 def test_a_message_and_its_reply_are_stored(chat: ChatService, reference: Reference,
                                             smollm2_path: Path) -> None:
-    pieces: list[str] = []
-    result = chat.send(PROBE, GREEDY, on_piece=pieces.append).future.result()
+    turn = chat.send(PROBE, GREEDY)
+    taker = Taker(turn.pieces)
+    result = turn.future.result()
     assert result.reply.text == reference.reply(smollm2_path, PROBE, GREEDY) and result.saved
-    assert "".join(pieces) == result.reply.text
+    assert taker.wait().answer == result.reply.text
     conversation = chat.conversation()
     assert conversation is not None and "capital of France" in conversation.title
     messages = chat.store.messages(conversation.id)

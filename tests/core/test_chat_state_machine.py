@@ -37,6 +37,7 @@ from app.core.conversations.store import Store
 from app.core.llama.engine import Engine, EngineError, ModelLoadError, Sampling
 from tests.core.helpers import PROBE, fresh_process_reply
 from tests.scripted_engine import ScriptedEngine
+from tests.streams import Taker
 
 T = TypeVar("T")
 BOUND_S = 120  # an action that takes longer than this is a deadlock
@@ -107,11 +108,11 @@ class ChatMachine(RuleBasedStateMachine):
 
     @rule(target=conversations, text=st.sampled_from(TEXTS))
     def send(self, text: str) -> int:
-        pieces: list[str] = []
         open_before = self.chat.conversation_id
-        result = self._finish(self.chat.send(text, self.sampling, on_piece=pieces.append),
-                              open_before)
-        assert "".join(pieces) == result.reply.text
+        turn = self.chat.send(text, self.sampling)
+        taker = Taker(turn.pieces)
+        result = self._finish(turn, open_before)
+        assert taker.wait().answer == result.reply.text
         return self._record(result, text)
 
     @rule()
@@ -130,11 +131,10 @@ class ChatMachine(RuleBasedStateMachine):
 
     @rule(target=conversations, text=st.sampled_from(TEXTS))
     def send_and_stop_from_another_thread(self, text: str) -> int:
-        first_piece = threading.Event()
         open_before = self.chat.conversation_id
-        turn = self.chat.send(text, Sampling(temperature=1.0, max_tokens=200, seed=5),
-                              on_piece=lambda _piece: first_piece.set())
-        stopper = threading.Thread(target=lambda: (first_piece.wait(BOUND_S), turn.stop()))
+        turn = self.chat.send(text, Sampling(temperature=1.0, max_tokens=200, seed=5))
+        # Stopped once its first piece has come.
+        stopper = threading.Thread(target=lambda: (turn.pieces.wait(BOUND_S), turn.stop()))
         stopper.start()
         result = self._finish(turn, open_before)
         stopper.join(BOUND_S)

@@ -25,6 +25,7 @@ from app.core.llama.engine import (
     Session,
     default_threads,
 )
+from app.core.reply.pieces import Mark
 from tests.core.helpers import GREEDY, PROBE, ask, fresh_process_reply, rss_bytes, user
 from tests.reference import Reference
 
@@ -160,26 +161,21 @@ def test_stop_during_generation_keeps_the_text_so_far(engine: Engine,
     # An instruct model, streamed token by token (a base model's text comes a line at a
     # time, and its story ends at the first blank line).
     engine.load(smollm2_path).result()
-    pieces: list[str] = []
-    started = threading.Event()
-    stop_sent_at: list[int] = []
-
-    def on_piece(text: str) -> None:
-        pieces.append(text)
-        if len(pieces) == 20:
-            started.set()
-
     handle = engine.generate(
         lambda s: PromptPlan(s.encode(_render(s, "Write a very long story about a dragon."))),
-        Sampling(temperature=0.8, max_tokens=2000, seed=3), on_piece)
-    assert started.wait(60)
+        Sampling(temperature=0.8, max_tokens=2000, seed=3))
+    deadline = time.monotonic() + 60
+    while handle.pieces.mark().answer < 20:  # pieces written: a token each, here
+        assert time.monotonic() < deadline and not handle.future.done()
+        handle.pieces.wait(1)
+        handle.pieces.take()
     handle.stop()
-    stop_sent_at.append(len(pieces))  # counted once the stop is set: no race with a piece
+    stop_sent_at = handle.pieces.mark().answer  # counted once the stop is set: no race
     reply = handle.future.result(timeout=5)
     assert reply.stats.stopped and reply.stats.finish_reason == "stopped"
-    assert reply.text == "".join(pieces)
+    assert reply.text == handle.pieces.text_since(Mark())[0]
     # At most the token being decoded when the stop was counted comes after it.
-    assert len(pieces) - stop_sent_at[0] <= 1
+    assert handle.pieces.mark().answer - stop_sent_at <= 1
 
 
 def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,

@@ -28,6 +28,7 @@ from tests.core.helpers import (
     start_long_reply,
     stored_reply,
 )
+from tests.streams import Taker
 
 TIMEOUT = 120  # a reply or a load that takes longer than this is stuck
 
@@ -52,9 +53,10 @@ def test_a_full_disk_keeps_the_reply_and_saves_it_when_space_returns(
     first = chat.send(PROBE, GREEDY).future.result(TIMEOUT)
     assert first.saved and first.save_error is None
     filler = fill_disk(data_on_small_disk)
-    pieces: list[str] = []
-    second = chat.send("And of Italy?", GREEDY, on_piece=pieces.append).future.result(TIMEOUT)
-    assert second.reply.text and "".join(pieces) == second.reply.text
+    turn = chat.send("And of Italy?", GREEDY)
+    taker = Taker(turn.pieces)
+    second = turn.future.result(TIMEOUT)
+    assert second.reply.text and taker.wait().answer == second.reply.text
     assert not second.saved and second.save_error is not None
     assert "disk is full" in second.save_error
     assert chat.unsaved == 2

@@ -219,6 +219,9 @@ def test_the_start_model_is_the_users_default_else_the_best_one_found(
     assert core.startup_model() == gemma_path
     core.settings.default_model = str(gemma_path.with_name("gone.gguf"))
     assert core.startup_model() == best
+    core.settings.default_model, core.settings.last_model = None, str(gemma_path)
+    assert core.startup_model() == gemma_path  # none set: the last one used
+    assert core.startup_model(str(smollm2_path)) == smollm2_path  # one named wins
 
 
 def test_the_library_finds_the_bundled_models(core: Fireside, smollm2_path: Path) -> None:

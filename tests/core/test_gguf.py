@@ -678,7 +678,7 @@ def test_refusing_absurd_headers_does_not_raise_peak_memory(tmp_path: Path) -> N
     files = _absurd_files(tmp_path)
     script = (
         "import json, resource, sys\n"
-        "from app.core import catalog\n"
+        "from app.core.models import catalog\n"
         "from app.core.models.gguf import GGUFError, read_header\n"
         "before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "refused = 0\n"

@@ -280,6 +280,23 @@ def test_the_terminal_lists_the_devices_and_each_models_layers(smollm2_path: Pat
     assert wrong.returncode == 2 and "--gpu-layers must be auto, all, off" in wrong.stderr
 
 
+def test_the_terminal_lists_a_models_layers_where_the_window_places_them(
+        smollm2_path: Path) -> None:
+    prefs = settings.load().settings
+    prefs.set_model_value(smollm2_path, "gpu_layers", "4")  # its own, and no memory read
+    settings.save(prefs)
+    listed = {m["path"]: m for m in events(fireside("models", "--json").stdout)}
+    core = Fireside.open()
+    try:
+        entry, = [e for e in core.library.entries if e.path == smollm2_path]
+        plan = core.placement(entry, core.hardware())  # what the window's list says
+    finally:
+        core.close()
+    assert plan is not None and plan.gpu_layers in (0, 4)  # 0: this build cannot offload
+    smol = listed[str(smollm2_path)]
+    assert (smol["gpu_layers"], smol["n_layers"]) == (plan.gpu_layers, plan.n_layers)
+
+
 def test_on_memory_shared_with_the_gpu_the_whole_model_counts_as_ram(
         smollm2_path: Path) -> None:
     header = read_header(smollm2_path)

@@ -22,7 +22,7 @@ from app.core.fireside import Fireside, SessionSettings
 from app.core.llama.engine import Engine
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import templates, thinking
-from app.core.reply.replies import Thinking
+from app.core.reply.pieces import Pieces, Taken
 from app.core.reply.reply_text import ReplyText
 from app.core.reply.thinking import HARMONY, MISTRAL, THINK, UNMARKED, ThoughtSplitter
 from tests.core.helpers import ask, user
@@ -116,15 +116,16 @@ def greedy(**fields: object) -> Sampling:
 
 def test_a_thinking_model_streams_its_thought_apart_from_its_answer(engine: Engine) -> None:
     assert engine.loaded is not None and engine.loaded.thinks
-    pieces: list[str] = []
-    reply = ask(engine, user(LONG_THOUGHT), greedy(thinking_budget=40), pieces=pieces)
-    thought = "".join(p for p in pieces if isinstance(p, Thinking))
-    answer = "".join(p for p in pieces if not isinstance(p, Thinking))
+    taken: list[Taken] = []
+    reply = ask(engine, user(LONG_THOUGHT), greedy(thinking_budget=40), taken=taken)
+    thought = "".join(batch.thought for batch in taken)
+    answer = "".join(batch.answer for batch in taken)
     assert reply.thinking and reply.text, reply
     assert thought.strip() == reply.thinking and answer == reply.text
-    # Thinking comes first, then the answer, and no tag is ever shown.
-    kinds = [isinstance(p, Thinking) for p in pieces if p]
-    assert kinds == sorted(kinds, reverse=True)
+    # Thinking comes first, then the answer, and no tag is ever shown: once a face has
+    # taken some of the answer, no more thought comes.
+    began = next(i for i, batch in enumerate(taken) if batch.answer)
+    assert not any(batch.thought for batch in taken[began + 1:])
     assert "think>" not in reply.text and "think>" not in reply.thinking
     assert 0 < reply.stats.thinking_tokens <= reply.stats.tokens
     assert reply.stats.thinking_s > 0
@@ -199,12 +200,12 @@ BASE_LOOPS = [
 @pytest.mark.parametrize(("pieces", "reply"), BASE_LOOPS)
 def test_a_base_models_reply_ends_before_a_line_or_sentence_it_repeats(
         pieces: list[str], reply: str) -> None:
-    shown: list[str] = []
-    out = ReplyText(shown.append, stop_on_repeat=True)
+    shown = Pieces()  # what a face takes
+    out = ReplyText(shown, stop_on_repeat=True)
     for piece in pieces:
         out.add(piece)
     answer, _ = out.finish()
-    assert answer == reply and "".join(shown) == reply
+    assert answer == reply and shown.take().answer == reply
     assert out.stopped is (reply != "".join(pieces))
 
 

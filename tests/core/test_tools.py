@@ -12,6 +12,7 @@ import llama_cpp
 import pytest
 
 from app.core.reply import templates, tool_calls
+from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ToolCall
 from app.core.reply.reply_text import ReplyText
 from tests.core.test_template_families import FAMILIES, joined, load, reference
@@ -84,13 +85,13 @@ def test_a_template_without_tools_gets_the_generic_format() -> None:
 ])
 def test_each_familys_calls_are_read_and_never_shown_as_the_answer(
         fmt: tool_calls.ToolFormat, written: str, calls: list[tuple[str, Any]]) -> None:
-    shown: list[str] = []
-    out = ReplyText(shown.append, calls=fmt)
+    shown = Pieces()  # what a face takes
+    out = ReplyText(shown, calls=fmt)
     # Streamed in small pieces, the opener split between them.
     for at in range(0, len(written), 3):
         out.add(written[at:at + 3])
     answer, _ = out.finish()
-    assert answer == "" and "".join(shown) == ""
+    assert answer == "" and shown.take().answer == ""
     assert [(c.name, json.loads(c.arguments)) for c in out.tool_calls] == calls
     # The grammar for the family's calls is one llama.cpp reads (checked by the tests
     # that run it); here: it names each function.
@@ -98,14 +99,14 @@ def test_each_familys_calls_are_read_and_never_shown_as_the_answer(
 
 
 def test_text_before_a_call_is_the_answer_and_a_repeated_call_ends_the_reply() -> None:
-    shown: list[str] = []
-    out = ReplyText(shown.append, calls=tool_calls.HERMES)
+    shown = Pieces()  # what a face takes
+    out = ReplyText(shown, calls=tool_calls.HERMES)
     call = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>'
     for piece in ["Let me check. <tool", "_call>", call[len("<tool_call>"):], "\n", call]:
         out.add(piece)
     assert out.stopped  # the same call again: a model looping
     answer, _ = out.finish()
-    assert answer == "Let me check." and "".join(shown).strip() == "Let me check."
+    assert answer == "Let me check." and shown.take().answer.strip() == "Let me check."
     assert len(out.tool_calls) == 1
 
 
@@ -129,14 +130,14 @@ def test_integer_ranges_are_kept_by_the_grammar() -> None:
 
 
 def test_with_no_call_allowed_a_call_begun_ends_the_reply_and_is_dropped() -> None:
-    shown: list[str] = []
-    out = ReplyText(shown.append, calls=tool_calls.HERMES, drop_calls=True)
+    shown = Pieces()  # what a face takes
+    out = ReplyText(shown, calls=tool_calls.HERMES, drop_calls=True)
     out.add("Done. <tool_")
     assert not out.stopped
     out.add('call>\n{"name": "ping"')
     assert out.stopped  # the engine ends the reply here
     answer, _ = out.finish()
-    assert answer == "Done." and out.tool_calls == () and "".join(shown).strip() == "Done."
+    assert answer == "Done." and out.tool_calls == () and shown.take().answer.strip() == "Done."
 
 
 def test_text_holding_the_models_control_tokens_is_found_with_its_own_vocabulary(

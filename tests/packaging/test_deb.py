@@ -214,7 +214,7 @@ def test_a_cpu_level_that_crashes_is_passed_over(deb: Path, tmp_path: Path) -> N
     subprocess.run(["cc", "-shared", "-fPIC", "-O0", str(source), "-o", str(crashing)],
                    check=True)
     choose = ("import json, sys; from pathlib import Path; "
-              "from app.core import bundled, cpu_backends as c; "
+              "from app.core.models import bundled; from app.core.llama import cpu_backends as c; "
               "lib = Path(sys.argv[1]); "
               "choice = c.choose(c.ranked(lib), bundled.default_model_path()); "
               "print(json.dumps({'variant': choice.variant, 'notice': c.notice(), "

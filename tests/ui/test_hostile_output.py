@@ -17,6 +17,7 @@ from PySide6.QtTest import QTest
 from PySide6.QtWidgets import QApplication
 from pytestqt.qtbot import QtBot
 
+from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ReplyStats
 from app.ui.bridge import PieceStream
 from app.ui.markdown import COPY_CODE_PREFIX
@@ -89,8 +90,8 @@ def stream(view: TranscriptView, text: str) -> float:
     heartbeat = Heartbeat()
     heartbeat.start()
     view.add_user_message("Show me something.")
-    pieces = PieceStream(view)
-    view.begin_reply("SmolLM2-135M-Instruct", pieces)
+    pieces = Pieces()
+    view.begin_reply("SmolLM2-135M-Instruct", PieceStream(pieces, view))
     for start in range(0, len(text), PIECE):
         pieces.put(text[start:start + PIECE])
         QTest.qWait(FRAME_MS)

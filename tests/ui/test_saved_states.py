@@ -23,4 +23,4 @@ def test_a_conversation_left_is_shown_kept_and_clear_forgets_it(
     dialog.findChild(QPushButton, "clearStatesButton").click()
     qtbot.waitUntil(lambda: dialog.saved_states.text().startswith("None kept"),
                     timeout=10_000)
-    assert len(window.controller.core.engine.states) == 0
+    assert window.controller.core.kept_states().histories == 0

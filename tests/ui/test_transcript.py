@@ -13,6 +13,7 @@ from PySide6.QtWidgets import QApplication, QFrame, QLabel, QScrollArea, QScroll
 from pytestqt.qtbot import QtBot
 
 from app.core.conversations.store import Message, Store
+from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ReplyStats
 from app.ui import live_reply, markdown, message_column
 from app.ui.bridge import PieceStream
@@ -244,7 +245,7 @@ def test_actions_work_from_the_keyboard(view: TranscriptView, qtbot: QtBot) -> N
 def test_streaming_hides_regenerate_and_edit_until_the_reply_ends(view: TranscriptView) -> None:
     view.set_messages([message("user", "first"), message("assistant", "one", STATS)])
     view.add_user_message("second")
-    view.begin_reply("SmolLM2", PieceStream(view))
+    view.begin_reply("SmolLM2", PieceStream(Pieces(), view))
     rows = view.message_widgets()
     assert not any(r.regenerate_button.isVisible() or r.edit_button.isVisible() for r in rows)
     view.finish_reply("two", ReplyStats.from_json(STATS))
@@ -388,11 +389,11 @@ def test_view_follows_the_reply_only_while_at_the_bottom(view: TranscriptView,
     assert bar.value() < bar.maximum()
 
 
-def begin(view: TranscriptView) -> PieceStream:
-    """A reply streaming into ``view``: what is put into the stream shows in it."""
-    stream = PieceStream(view)
-    view.begin_reply("SmolLM2", stream)
-    return stream
+def begin(view: TranscriptView) -> Pieces:
+    """A reply streaming into ``view``: what is put into its pieces shows in it."""
+    pieces = Pieces()
+    view.begin_reply("SmolLM2", PieceStream(pieces, view))
+    return pieces
 
 
 def settle() -> None:

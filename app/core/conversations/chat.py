@@ -2,8 +2,9 @@
 
 One message, end to end: the user message is stored, the prompt is built from the
 conversation with the loaded model's template (dropping the oldest turns when the
-context is full), the engine streams the reply, and the reply is saved as it grows
-and finished with its stats. The window and the terminal both drive this class.
+context is full), the engine writes the reply into the turn's ``pieces``, which a face
+takes from on its own thread, and the turn's own thread saves the reply as it grows and
+finishes it with its stats. The window and the terminal both drive this class.
 """
 
 from __future__ import annotations
@@ -12,9 +13,8 @@ import dataclasses
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -39,7 +39,8 @@ from app.core.conversations.store import (
 from app.core.conversations.unsaved import UnsavedMessages
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import templates, thinking, tool_calls
-from app.core.reply.replies import Reply, RunStatus, Thinking, ToolRun
+from app.core.reply.pieces import Mark, Pieces
+from app.core.reply.replies import Reply, RunStatus, ToolRun
 from app.core.tools.mcp_tools import MAX_RESULT_CHARS, McpError
 from app.core.tools.toolbox import Toolbox
 
@@ -58,12 +59,15 @@ class ChatResult:
 
 
 class ChatTurn:
-    """A reply in progress, with any calls it makes and the replies after them: stop it,
-    or wait for its ChatResult (the last reply's)."""
+    """A reply in progress, with any calls it makes and the replies after them: take its
+    text as it streams (``pieces``, the replies one after another), stop it, or wait for
+    its ChatResult (the last reply's)."""
 
     def __init__(self, conversation_id: int) -> None:
         self.conversation_id = conversation_id
         self.future: Future[ChatResult] = Future()
+        self.pieces = Pieces()
+        self.future.add_done_callback(lambda _done: self.pieces.end())
         self.note: str | None = None  # something a face says quietly once it is done
         self.stopped = threading.Event()  # also cancels a call running or asked
         # Each call's outcome, by name and arguments: a call made again is not run again.
@@ -101,7 +105,6 @@ class _Asked:
 
     sampling: Sampling
     system_prompt: str
-    on_piece: Callable[[str], None] | None
     tooling: Tooling | None
 
 
@@ -112,6 +115,34 @@ class Tooling:
     box: Toolbox
     hooks: ToolHooks
     choice: str = tool_calls.AUTO
+
+
+@dataclass(frozen=True)
+class _Step:
+    """One reply of a turn, as its thread follows it."""
+
+    turn: ChatTurn
+    asked: _Asked
+    handle: ReplyHandle
+    saver: _ReplySaver
+    conversation_id: int
+    row_id: int | None  # its row in the store; None while the disk refuses it
+    save_error: str | None
+    calls_made: int
+
+
+def _tool_use(tooling: Tooling, listed: Sequence[tool_calls.Tool],
+              calls_made: int) -> tool_calls.ToolUse | None:
+    """The tools a reply may call, and how, after ``calls_made`` calls in its turn."""
+    # A forced choice is the first reply's: after the results the model answers, or
+    # calls again of its own accord, as an agent's next step does.
+    choice = tooling.choice if calls_made == 0 else tool_calls.AUTO
+    if choice not in (tool_calls.AUTO, tool_calls.NONE, tool_calls.REQUIRED,
+                      *(t.name for t in listed)):
+        choice = tool_calls.AUTO  # its server did not start this time
+    if calls_made >= tooling.box.call_bound:
+        choice = tool_calls.NONE
+    return tool_calls.ToolUse(tuple(listed), choice) if listed else None
 
 
 def plan_prompt(session: Session, history: Sequence[Message], system_prompt: str,
@@ -205,7 +236,7 @@ class ChatService:
         self.conversation_id: int | None = None
         # What a full disk refused, per conversation; written again at the next save.
         self._held = UnsavedMessages(store)
-        self._lock = self._held.lock  # replies finish on the inference thread
+        self._lock = self._held.lock  # replies finish on their turns' threads
 
     # Models -----------------------------------------------------------------------
 
@@ -294,9 +325,11 @@ class ChatService:
     # Replies ----------------------------------------------------------------------
 
     def send(self, text: str, sampling: Sampling, system_prompt: str = "",
-             on_piece: Callable[[str], None] | None = None,
-             tooling: Tooling | None = None, *, tools_on: bool = True) -> ChatTurn:
-        """Store ``text`` as the user's message and stream the model's reply.
+             tooling: Tooling | None = None, *, tools_on: bool = True,
+             stopped: bool = False) -> ChatTurn:
+        """Store ``text`` as the user's message and stream the model's reply; with
+        ``stopped`` (an action after it wants the model now) the reply is stopped before
+        its first token.
 
         A disk that refuses to save never stops the reply: what it refused is held in
         memory (``unsaved``), the result says why, and the next save writes it.
@@ -307,12 +340,11 @@ class ChatService:
         if not tools_on:
             settings["tools"] = False
         conversation_id, error = self._save_question(text, settings)
-        return self._reply(conversation_id, sampling, system_prompt, on_piece, error,
-                           tooling=tooling)
+        return self._reply(conversation_id, _Asked(sampling, system_prompt, tooling), error,
+                           stopped)
 
     def regenerate(self, sampling: Sampling, system_prompt: str = "",
-                   on_piece: Callable[[str], None] | None = None,
-                   tooling: Tooling | None = None) -> ChatTurn:
+                   tooling: Tooling | None = None, *, stopped: bool = False) -> ChatTurn:
         """Replace the last reply (with the calls it made and the replies after them)."""
         conversation_id = self._require_conversation()
         self.save_unsaved()
@@ -322,19 +354,18 @@ class ChatService:
             replies += 1
         if replies:
             self._held.forget_from(conversation_id, history[-replies])
-        return self._reply(conversation_id, sampling, system_prompt, on_piece,
-                           self._draft_error(conversation_id), tooling=tooling)
+        return self._reply(conversation_id, _Asked(sampling, system_prompt, tooling),
+                           self._draft_error(conversation_id), stopped)
 
     def edit_last(self, text: str, sampling: Sampling, system_prompt: str = "",
-                  on_piece: Callable[[str], None] | None = None,
-                  tooling: Tooling | None = None) -> ChatTurn:
+                  tooling: Tooling | None = None, *, stopped: bool = False) -> ChatTurn:
         """Replace the last user message (and its reply) and send it again."""
         conversation_id = self._require_conversation()
         self.save_unsaved()
         users = [m for m in self._history(conversation_id) if m.role == "user"]
         if users:
             self._held.forget_from(conversation_id, users[-1])
-        return self.send(text, sampling, system_prompt, on_piece, tooling)
+        return self.send(text, sampling, system_prompt, tooling, stopped=stopped)
 
     def _draft_error(self, conversation_id: int) -> str | None:
         if not self._held.holds(conversation_id):
@@ -346,36 +377,26 @@ class ChatService:
             raise PromptTooLong("There is no conversation to continue.")
         return self.conversation_id
 
-    def _reply(self, conversation_id: int, sampling: Sampling, system_prompt: str,
-               on_piece: Callable[[str], None] | None, save_error: str | None, *,
-               tooling: Tooling | None = None) -> ChatTurn:
+    def _reply(self, conversation_id: int, asked: _Asked, save_error: str | None,
+               stopped: bool = False) -> ChatTurn:
         turn = ChatTurn(conversation_id)
-        self._step(turn, _Asked(sampling, system_prompt, on_piece, tooling), save_error)
+        if stopped:
+            turn.stop()
+        self._step(turn, asked, save_error)
         return turn
 
     def _step(self, turn: ChatTurn, asked: _Asked, save_error: str | None,
               calls_made: int = 0, calling: ChatResult | None = None) -> None:
-        """One reply of the turn (after ``calling``'s calls, if any); if it calls tools,
-        they run (as allowed) on a thread of their own and the next reply follows, up to
-        the bound on calls."""
-        sampling, system_prompt = asked.sampling, asked.system_prompt
-        on_piece, tooling = asked.on_piece, asked.tooling
+        """One reply of the turn (after ``calling``'s calls, if any), followed on a thread
+        of its own, which saves it as it grows; if it calls tools, they run (as allowed)
+        there and the next reply follows, up to the bound on calls."""
         use = None
-        if tooling is not None:
-            listed = tooling.box.tools()
+        if asked.tooling is not None:
+            listed = asked.tooling.box.tools()
             if calling is not None and turn.stopped.is_set():  # while servers started
                 turn.future.set_result(calling)
                 return
-            bound = tooling.box.call_bound
-            # A forced choice is the first reply's: after the results the model answers,
-            # or calls again of its own accord, as an agent's next step does.
-            choice = tooling.choice if calls_made == 0 else tool_calls.AUTO
-            if choice not in (tool_calls.AUTO, tool_calls.NONE, tool_calls.REQUIRED,
-                              *(t.name for t in listed)):
-                choice = tool_calls.AUTO  # its server did not start this time
-            if calls_made >= bound:
-                choice = tool_calls.NONE
-            use = tool_calls.ToolUse(listed, choice) if listed else None
+            use = _tool_use(asked.tooling, listed, calls_made)
         conversation_id = self._held.saved_id(turn.conversation_id)
         history = self._history(conversation_id)
         min_dropped = _last_dropped(history, self.model)
@@ -387,7 +408,7 @@ class ChatService:
                 raise
             except StoreError as err:
                 save_error = str(err)
-        saver = _ReplySaver(self.store, row_id)
+        sampling, system_prompt = asked.sampling, asked.system_prompt
 
         def build(session: Session) -> PromptPlan:
             reserve = min(sampling.max_tokens, session.n_ctx // 4)
@@ -395,49 +416,53 @@ class ChatService:
                                thinking_choice=sampling.thinking,
                                use=use if session.calls_tools else None)
 
-        def piece(text: str) -> None:
-            saver.add(text)
-            if on_piece is not None:
-                on_piece(text)
-
-        handle = self.engine.generate(build, sampling, piece,
-                                      conversation_id if conversation_id > 0 else None)
+        saver = _ReplySaver(self.store, row_id, turn.pieces)
+        handle = self.engine.generate(build, sampling,
+                                      conversation_id if conversation_id > 0 else None,
+                                      turn.pieces)
         turn._follow(handle)
+        step = _Step(turn, asked, handle, saver, conversation_id, row_id, save_error,
+                     calls_made)
+        threading.Thread(target=self._finish, args=(step,), name="fireside-reply",
+                         daemon=True).start()
 
-        def finished(done: Future[Reply]) -> None:
-            try:
-                reply = done.result()
-            except BaseException as exc:
-                saver.abandon()
-                turn.future.set_exception(exc)
-                return
-            runs = tuple(ToolRun(call, tooling.box.server_of(call.name))
-                         for call in reply.tool_calls) if tooling is not None else ()
-            if turn.stopped.is_set():  # none of them will run
-                runs = tuple(dataclasses.replace(r, status="stopped", result=STOPPED)
-                             for r in runs)
-            saved = saver.finish(reply, runs)
-            message_id = row_id
-            if not saved:
-                message_id = self._held.hold(conversation_id, "assistant", reply.text,
-                                             reply.stats.to_json(), row_id,
-                                             thinking=reply.thinking, calls=runs)
-            error = None if saved else saver.error or save_error or "The reply was not saved."
-            assert message_id is not None
-            result = ChatResult(self._held.saved_id(conversation_id), message_id, reply, saved,
-                                error)
-            if tooling is not None and runs and not turn.stopped.is_set():
-                threading.Thread(target=self._run_calls, name="fireside-tool-calls", args=(
-                    turn, asked, result, runs, calls_made), daemon=True).start()
-                return
-            turn.future.set_result(result)
-
-        handle.future.add_done_callback(finished)
+    def _finish(self, step: _Step) -> None:
+        """The turn's thread: save the reply as it grows, then as it ended; run its
+        calls, if it made any, and the reply after them."""
+        turn, tooling = step.turn, step.asked.tooling
+        step.saver.follow(step.handle.future)
+        try:
+            reply = step.handle.future.result()
+        except BaseException as exc:
+            step.saver.abandon()
+            turn.future.set_exception(exc)
+            return
+        runs = tuple(ToolRun(call, tooling.box.server_of(call.name))
+                     for call in reply.tool_calls) if tooling is not None else ()
+        if turn.stopped.is_set():  # none of them will run
+            runs = tuple(dataclasses.replace(r, status="stopped", result=STOPPED)
+                         for r in runs)
+        saved = step.saver.finish(reply, runs)
+        message_id = step.row_id
+        if not saved:
+            message_id = self._held.hold(step.conversation_id, "assistant", reply.text,
+                                         reply.stats.to_json(), step.row_id,
+                                         thinking=reply.thinking, calls=runs)
+        error = None if saved else (step.saver.error or step.save_error
+                                    or "The reply was not saved.")
+        assert message_id is not None
+        result = ChatResult(self._held.saved_id(step.conversation_id), message_id, reply,
+                            saved, error)
+        if runs and not turn.stopped.is_set():
+            self._run_calls(turn, step.asked, result, runs, step.calls_made)
+            return
+        turn.future.set_result(result)
 
     def _run_calls(self, turn: ChatTurn, asked: _Asked, calling: ChatResult,
                    runs: tuple[ToolRun, ...], calls_made: int) -> None:
         """Ask, run and record each call of a reply, then write the next reply (unless
-        the user stopped the turn: the calling reply is then its last)."""
+        the user stopped the turn: the calling reply is then its last). On the turn's
+        thread."""
         assert asked.tooling is not None
         message_id = calling.message_id
         try:
@@ -552,25 +577,27 @@ def _last_dropped(history: Sequence[Message], model: LoadedModel | None) -> int:
 
 
 class _ReplySaver:
-    """Saves a streaming reply as it grows; a full disk never interrupts the reply."""
+    """Saves a streaming reply as it grows, from the turn's pieces, on the turn's thread;
+    a full disk never interrupts the reply."""
 
-    def __init__(self, store: Store, message_id: int | None) -> None:
+    def __init__(self, store: Store, message_id: int | None, pieces: Pieces) -> None:
         self._store = store
         self._message_id = message_id
-        self._parts: list[str] = []
-        self._thinking: list[str] = []
-        self._lock = threading.Lock()
-        self._last_save = time.monotonic()
+        self._pieces = pieces
+        self._mark: Mark = pieces.mark()  # where this reply begins in the turn's text
         self.error: str | None = None
 
-    def add(self, text: str) -> None:
-        with self._lock:
-            (self._thinking if isinstance(text, Thinking) else self._parts).append(text)
-            if time.monotonic() - self._last_save < SAVE_INTERVAL_S:
-                return
-            self._last_save = time.monotonic()
-            current, thought = "".join(self._parts), "".join(self._thinking)
-        self._try(lambda row: self._store.update_reply(row, current, thought))
+    def follow(self, done: Future[Reply]) -> None:
+        """Save the reply every SAVE_INTERVAL_S while it grows, until it ends."""
+        saved = ("", "")
+        while not wait([done], timeout=SAVE_INTERVAL_S).done:
+            current = self._pieces.text_since(self._mark)
+            if current != saved:
+                saved = current
+                self._save_growing(*current)
+
+    def _save_growing(self, text: str, thought: str) -> None:
+        self._try(lambda row: self._store.update_reply(row, text, thought))
 
     def finish(self, reply: Reply, calls: tuple[ToolRun, ...] = ()) -> bool:
         stats = reply.stats.to_json()
@@ -578,9 +605,8 @@ class _ReplySaver:
                                                              reply.thinking, calls))
 
     def abandon(self) -> None:
-        """The reply failed before any text: remove its empty row."""
-        with self._lock:
-            text, thought = "".join(self._parts), "".join(self._thinking)
+        """The reply failed: keep what it wrote, or remove its empty row."""
+        text, thought = self._pieces.text_since(self._mark)
         if text or thought:
             self._try(lambda row: self._store.finish_reply(row, text, {"stopped": True},
                                                            thought))

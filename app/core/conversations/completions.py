@@ -94,7 +94,7 @@ class CompletionRequest:
     def sampling_for(self, model_settings: Sampling, n_ctx: int) -> Sampling:
         """The model's settings with what the request sets; without ``max_tokens`` the
         reply may run to the end of the context, as OpenAI's does."""
-        fields = {"max_tokens": n_ctx, **self.sampling}
+        fields = {"max_tokens": n_ctx, **self.sampling, "stop": self.stop}
         if self.thinking != "on":
             fields["thinking"] = self.thinking
         return dataclasses.replace(model_settings, **fields)

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import time
 import traceback
-from collections.abc import Callable, Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -43,7 +43,6 @@ from app.core.backend import (
     NoModelLoaded,
     NotEnoughMemory,
     OneThreadBackend,
-    PieceCallback,
     PromptBuilder,
     PromptPlan,
     PromptTooLong,
@@ -62,12 +61,11 @@ from app.core.llama import (
     seq_states,
     state_files,
 )
-from app.core.llama.detok import PieceDecoder
+from app.core.llama.reply_loop import ReplyLoop
 from app.core.models import catalog, gguf, header_cache
 from app.core.options import DEFAULT_BATCH, LoadOptions, Sampling, default_context
-from app.core.reply import templates, thinking, tool_calls
-from app.core.reply.replies import FinishReason, Reply, ReplyStats
-from app.core.reply.reply_text import ReplyText
+from app.core.reply import templates
+from app.core.reply.replies import Reply, ReplyStats
 from app.core.reply.templates import ChatTemplate, Segment
 
 logger = logging.getLogger(__name__)
@@ -294,70 +292,10 @@ class Engine(OneThreadBackend):
               on_progress: Callable[[float], None] | None, n_ctx_train: int,
               cancel: threading.Event) -> LoadedModel:
         started = time.perf_counter()
-        n_ctx = options.n_ctx or default_context(n_ctx_train)
-
-        def progress(fraction: float) -> bool:
-            if on_progress is not None:
-                on_progress(fraction)
-            return not (cancel.is_set() or self._closing.is_set())
-
-        def construct(chosen: LoadOptions, gpu_layers: int) -> llama_cpp.Llama:
-            llama_runtime.router.recent_errors.clear()
-            try:
-                with llama_runtime.load_progress(progress):
-                    return llama_cpp.Llama(model_path=str(path), n_ctx=n_ctx,
-                                           **llama_arguments(chosen, gpu_layers),
-                                           verbose=False)
-            except (ValueError, RuntimeError, OSError) as err:
-                failure = err
-            # A half-built Llama holds its weights (and device memory) until collected,
-            # and the traceback's frames hold it: freed before anything else loads.
-            traceback.clear_frames(failure.__traceback__)
-            gc.collect()
-            if cancel.is_set() or self._closing.is_set():
-                raise LoadCancelled(f"Loading {path.name} was cancelled.") from failure
-            raise ModelLoadError(f"{path.name} could not be loaded: "
-                                 f"{_llama_reason()}") from failure
-
-        header = header_cache.cached_header(path)
-        notices = []
-
-        def on_device(chosen: LoadOptions) -> tuple[llama_cpp.Llama, offload.Plan]:
-            """Loaded with the layers planned for ``chosen`` on the GPU (planned now that
-            the previous model's device memory is free); if the device refuses them (out
-            of its memory, a driver error), with half as many, then on the CPU, each only
-            if the memory it needs then is free."""
-            planned = _placement(header, chosen, None)
-            if planned.unavailable and chosen.gpu_layers not in ("auto", "off"):
-                notices.append(f"GPU offload ({chosen.gpu_layers}) was asked for, but "
-                               f"{planned.unavailable}; {path.name} runs on the CPU.")
-            failed = ""
-            for layers in dict.fromkeys((planned.gpu_layers, planned.gpu_layers // 2, 0)):
-                placement = planned if not failed else _placement(
-                    header, dataclasses.replace(chosen, gpu_layers=str(layers)), None)
-                if failed and placement.host_bytes > memory.available():
-                    raise NotEnoughMemory(
-                        f"{failed}; {placement.where} would need about "
-                        f"{memory.format_bytes(placement.host_bytes)} of memory, and only "
-                        f"{memory.format_bytes(memory.available())} is free.")
-                try:
-                    llm = construct(chosen, layers)
-                except LoadCancelled:
-                    raise
-                except ModelLoadError as err:
-                    if layers == 0 or not _device_failure():
-                        raise
-                    failed = (f"{path.name} could not be loaded with {layers} layers on the "
-                              f"GPU ({str(err).split(': ', 1)[-1]})")
-                    continue
-                if failed:
-                    notices.append(f"{failed}; it runs with {placement.where}." if layers
-                                   else f"{failed}; it runs on the CPU.")
-                return llm, placement
-            raise AssertionError("the last try is on the CPU")
-
+        load = _Load(path, options.n_ctx or default_context(n_ctx_train), on_progress,
+                     lambda: cancel.is_set() or self._closing.is_set())
         try:
-            llm, placement = on_device(options)
+            llm, placement = load.on_device(options)
         except LoadCancelled:
             raise
         except ModelLoadError as err:
@@ -367,38 +305,45 @@ class Engine(OneThreadBackend):
             # A switch llama.cpp refuses for this model (a quantized V cache without
             # flash attention): the model still loads, as it does by default.
             options = options.untuned()
-            llm, placement = on_device(options)
-            notices.append(f"llama.cpp refused {describe_tuning(tuned)} for {path.name} "
-                           f"({str(err).split(': ', 1)[-1]}); it is loaded with the defaults.")
-        notice = " ".join(notices) or None
+            llm, placement = load.on_device(options)
+            load.notices.append(f"llama.cpp refused {describe_tuning(tuned)} for "
+                                f"{path.name} ({str(err).split(': ', 1)[-1]}); it is loaded "
+                                "with the defaults.")
         sampler_chain.install(llm)
-        n_threads = llm.n_threads
         try:
             template = _resolve_template(llm, options.template_override)
         except templates.TemplateError as err:
             llm.close()
             raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+        self._llm = llm
+        self._model_key = _model_key(path, llm.n_ctx(), options)
+        self._loaded = self._described(
+            llm, path, options, template=template, placement=placement,
+            notice=" ".join(load.notices) or None, seconds=time.perf_counter() - started)
+        if on_progress is not None:
+            on_progress(1.0)
+        return self._loaded
+
+    def _described(self, llm: llama_cpp.Llama, path: Path, options: LoadOptions, *,
+                   template: ChatTemplate, placement: offload.Plan, notice: str | None,
+                   seconds: float) -> LoadedModel:
+        """The loaded model as the rest of Fireside sees it."""
         metadata: dict[str, str] = llm.metadata
         architecture = metadata.get("general.architecture", "unknown")
         self._known_architectures.add(architecture)
-        self._llm = llm
-        self._model_key = _model_key(path, llm.n_ctx(), options)
         base_model = catalog.is_base_model(metadata, path)
         if template.problem:
             notice = (f"The chat template in {path.name} cannot be used ({template.problem}); "
                       f"Fireside formats its chats as {template.name} instead. Settings → "
                       "This model → Chat template can choose another.")
-        self._loaded = LoadedModel(
+        return LoadedModel(
             path=path, name=catalog.display_name(metadata, path),
             architecture=architecture, n_ctx=llm.n_ctx(),
             n_ctx_train=llm._model.n_ctx_train(),
-            n_threads=n_threads, template=template,
-            seconds=time.perf_counter() - started, options=options,
+            n_threads=llm.n_threads, template=template,
+            seconds=seconds, options=options,
             base_model=base_model, notice=notice, placement=placement,
             stops=("\n\n", *templates.next_turn_markers(template)) if base_model else ())
-        if on_progress is not None:
-            on_progress(1.0)
-        return self._loaded
 
     def _unload(self) -> None:
         llm, self._llm, self._loaded = self._llm, None, None
@@ -411,130 +356,38 @@ class Engine(OneThreadBackend):
 
     # Generation ------------------------------------------------------------------
 
-    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
-                  on_piece: PieceCallback | None) -> Reply:
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling) -> Reply:
         llm = self._require_llm()
         model = self._loaded
         assert model is not None
         plan = plan_prompt(build, LlamaSession(llm, model))
-        tokens = plan.tokens
         started = time.perf_counter()  # a state kept or restored counts in the wait
+        cached, restored = self._reuse(llm, plan.tokens)
+        self._owner = handle.owner
+        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
+        loop = ReplyLoop(llm, model, plan, sampling, handle.pieces)
+        self._active = handle
+        # The abort check costs a Python call per graph node: worth it while a long
+        # prompt is processed, not for each generated token (stop is checked between).
+        _set_abort_callback(llm, self._abort_callback)
+        try:
+            decoded = loop.run(lambda: handle.stop_requested or self._closing.is_set(),
+                               lambda: _set_abort_callback(llm, None))
+        finally:
+            self._active = None
+            _set_abort_callback(llm, None)
+        return loop.reply(decoded, started, cached, restored)
+
+    def _reuse(self, llm: llama_cpp.Llama, tokens: Sequence[int]) -> tuple[int, int]:
+        """How many of the prompt's tokens the sequence holds already, restoring a kept
+        state where that gives more; and how many of those were restored."""
         cached = reusable_prefix(llm._input_ids, tokens)  # what generate() will reuse
-        restored = 0
         if llm.n_tokens - cached >= seq_states.MIN_TOKENS:
             self._keep_sequence()  # about to be overwritten: another conversation's
         saved = self.states.best(self._model_key, tokens, cached) if self._model_key else None
         if saved is not None and self._restore(llm, *saved):
-            restored = cached = saved[1]
-        self._owner = handle.owner
-        llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
-        vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        fmt = thinking.format_for(model.template.text)
-        calls = plan.tools
-        marks = _MarkerTokens.of(llm, fmt, calls.format.shown if calls else ())
-        inside = thinking.opened(_text_of(llm, tokens[-16:]), fmt)
-        budget = thinking.budget(sampling.thinking, sampling.thinking_budget)
-        out = ReplyText(on_piece, fmt, inside, model.stops, stop_on_repeat=model.base_model,
-                        calls=calls.format if calls else None,
-                        drop_calls=calls is not None and not calls.allowed)
-        # A call's arguments follow the functions' schemas: from the first token when the
-        # request forces a call (the thought skipped), else once a call has begun.
-        grammar = None if calls is None or not calls.allowed else sampler_chain.Grammar(
-            calls.grammar, None if calls.forced else tool_calls.trigger_pattern(calls.format))
-        if inside and (budget == 0 or (calls and calls.forced)):
-            # thinking off (or a call forced), and the template opened a thought
-            tokens = [*tokens, *marks.closing]
-            out.add(fmt.closing, tokens=0)
-        decoder = PieceDecoder(vocab, marks.shown)
-        closed = False  # Fireside has ended the thought once
-        produced = 0
-        finish: FinishReason = "length"
-        first_at = last_at = started
-        self._active = handle
-
-        def stream(prompt: list[int]) -> Generator[int, Sequence[int] | None, None]:
-            return llm.generate(prompt, top_k=sampling.top_k, top_p=sampling.top_p,
-                                min_p=sampling.min_p, temp=sampling.temperature,
-                                repeat_penalty=sampling.repeat_penalty,
-                                grammar=grammar)  # type: ignore[arg-type]  # sampler_chain reads it
-
-        # The abort check costs a Python call per graph node: worth it while a long
-        # prompt is processed, not for each generated token (stop is checked between).
-        _set_abort_callback(llm, self._abort_callback)
-        generator = stream(tokens)
-        try:
-            if handle.stop_requested:
-                raise _Stopped
-            while True:
-                token = next(generator, None)
-                if token is None:
-                    break
-                last_at = time.perf_counter()
-                if produced == 0:
-                    _set_abort_callback(llm, None)
-                    first_at = last_at
-                if llama_cpp.llama_vocab_is_eog(vocab, token):
-                    if not out.in_thought or closed:
-                        finish = "stop"
-                        break
-                    # It ended inside its thought: the thought ends, and an answer follows.
-                    generator.close()
-                    generator = stream([*llm._input_ids.tolist(), *marks.closing])
-                    out.add(fmt.closing, tokens=0)
-                    closed = True
-                    continue
-                if model.base_model and token not in marks.shown \
-                        and llama_cpp.llama_vocab_is_control(vocab, token):
-                    finish = "stop"  # a turn marker: it has begun writing the user's turn
-                    break
-                produced += 1
-                out.add(decoder.decode(token))
-                if out.stopped:
-                    finish = "stop"
-                    break
-                if handle.stop_requested or self._closing.is_set():
-                    finish = "stopped"
-                    break
-                if produced >= sampling.max_tokens:
-                    break
-                if llm.n_tokens + 1 >= model.n_ctx:
-                    finish = "context"
-                    break
-                if budget is not None and out.in_thought and out.thinking_tokens >= budget:
-                    # The thought has had its tokens: Fireside writes its end into the
-                    # sequence, and the model goes on with the answer.
-                    generator.close()
-                    generator = stream([*llm._input_ids.tolist(), token, *marks.closing])
-                    out.add(fmt.closing, tokens=0)
-                    closed = True
-        except _Stopped:
-            finish = "stopped"
-        except RuntimeError:
-            # llama_decode returns 2 when the abort callback fired mid-batch.
-            if not (handle.stop_requested or self._closing.is_set()):
-                raise
-            finish = "stopped"
-        finally:
-            self._active = None
-            _set_abort_callback(llm, None)
-            generator.close()
-        out.add(decoder.flush(), tokens=0)
-        answer, thought = out.finish()
-        if produced == 0:
-            first_at = last_at = time.perf_counter()
-        decode_s = last_at - first_at
-        stats = ReplyStats(
-            prompt_tokens=len(tokens), cached_tokens=cached, restored_tokens=restored,
-            tokens=produced,
-            ttft_s=first_at - started,
-            tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
-            finish_reason=finish,
-            dropped_turns=plan.dropped_turns, model=model.name,
-            thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
-        if out.tool_calls and finish == "stop":
-            stats = dataclasses.replace(stats, finish_reason="tool_calls")
-        return Reply(answer, stats, thought, out.tool_calls)
-
+            return saved[1], saved[1]
+        return cached, 0
 
     # Sequence states -------------------------------------------------------------
 
@@ -574,6 +427,76 @@ class Engine(OneThreadBackend):
         llm.input_ids[:len(saved.tokens)] = saved.tokens
         llm.n_tokens = keep  # generate() evaluates from here, removing what follows
         return True
+
+
+class _Load:
+    """Loading one file: the tries, each with its layers on the device, and what the
+    user should be told of them."""
+
+    def __init__(self, path: Path, n_ctx: int, on_progress: Callable[[float], None] | None,
+                 cancelled: Callable[[], bool]) -> None:
+        self.path, self.n_ctx = path, n_ctx
+        self._on_progress, self._cancelled = on_progress, cancelled
+        self.header = header_cache.cached_header(path)
+        self.notices: list[str] = []
+
+    def on_device(self, chosen: LoadOptions) -> tuple[llama_cpp.Llama, offload.Plan]:
+        """Loaded with the layers planned for ``chosen`` on the GPU (planned now that
+        the previous model's device memory is free); if the device refuses them (out
+        of its memory, a driver error), with half as many, then on the CPU, each only
+        if the memory it needs then is free."""
+        path = self.path
+        planned = _placement(self.header, chosen, None)
+        if planned.unavailable and chosen.gpu_layers not in ("auto", "off"):
+            self.notices.append(f"GPU offload ({chosen.gpu_layers}) was asked for, but "
+                                f"{planned.unavailable}; {path.name} runs on the CPU.")
+        failed = ""
+        for layers in dict.fromkeys((planned.gpu_layers, planned.gpu_layers // 2, 0)):
+            placement = planned if not failed else _placement(
+                self.header, dataclasses.replace(chosen, gpu_layers=str(layers)), None)
+            if failed and placement.host_bytes > memory.available():
+                raise NotEnoughMemory(
+                    f"{failed}; {placement.where} would need about "
+                    f"{memory.format_bytes(placement.host_bytes)} of memory, and only "
+                    f"{memory.format_bytes(memory.available())} is free.")
+            try:
+                llm = self._construct(chosen, layers)
+            except LoadCancelled:
+                raise
+            except ModelLoadError as err:
+                if layers == 0 or not _device_failure():
+                    raise
+                failed = (f"{path.name} could not be loaded with {layers} layers on the "
+                          f"GPU ({str(err).split(': ', 1)[-1]})")
+                continue
+            if failed:
+                self.notices.append(f"{failed}; it runs with {placement.where}." if layers
+                                    else f"{failed}; it runs on the CPU.")
+            return llm, placement
+        raise AssertionError("the last try is on the CPU")
+
+    def _construct(self, chosen: LoadOptions, gpu_layers: int) -> llama_cpp.Llama:
+        path = self.path
+        llama_runtime.router.recent_errors.clear()
+        try:
+            with llama_runtime.load_progress(self._progress):
+                return llama_cpp.Llama(model_path=str(path), n_ctx=self.n_ctx,
+                                       **llama_arguments(chosen, gpu_layers), verbose=False)
+        except (ValueError, RuntimeError, OSError) as err:
+            failure = err
+        # A half-built Llama holds its weights (and device memory) until collected, and
+        # the traceback's frames hold it: freed before anything else loads.
+        traceback.clear_frames(failure.__traceback__)
+        gc.collect()
+        if self._cancelled():
+            raise LoadCancelled(f"Loading {path.name} was cancelled.") from failure
+        raise ModelLoadError(f"{path.name} could not be loaded: {_llama_reason()}") \
+            from failure
+
+    def _progress(self, fraction: float) -> bool:
+        if self._on_progress is not None:
+            self._on_progress(fraction)
+        return not self._cancelled()
 
 
 def _model_key(path: Path, n_ctx: int, options: LoadOptions) -> saved_state.ModelKey:
@@ -649,10 +572,6 @@ def describe_tuning(options: LoadOptions) -> str:
     return " with ".join(parts) if parts else "the default settings"
 
 
-class _Stopped(Exception):
-    pass
-
-
 @contextlib.contextmanager
 def _quiet(log: logging.Logger) -> Iterator[None]:
     """Drop what ``log`` is given meanwhile (llama.cpp's errors still reach the router)."""
@@ -664,29 +583,6 @@ def _quiet(log: logging.Logger) -> Iterator[None]:
         yield
     finally:
         log.removeFilter(drop)
-
-
-@dataclasses.dataclass(frozen=True)
-class _MarkerTokens:
-    """A thinking format's markers in this model's vocabulary."""
-
-    closing: tuple[int, ...]  # the tokens that end a thought
-    shown: frozenset[int]  # control tokens among the markers: rendered, to be told apart
-
-    @classmethod
-    def of(cls, llm: llama_cpp.Llama, fmt: thinking.ThinkingFormat,
-           calls: Sequence[str] = ()) -> _MarkerTokens:
-        """``calls``: the texts a tool call is written with, to be read as well."""
-        vocab = llama_cpp.llama_model_get_vocab(llm.model)
-        shown = {token for marker in (*fmt.markers, *calls)
-                 for token in llm.tokenize(marker.encode(), add_bos=False, special=True)
-                 if llama_cpp.llama_vocab_is_control(vocab, token)}
-        closing = llm.tokenize(fmt.closing.encode(), add_bos=False, special=True)
-        return cls(tuple(closing), frozenset(shown))
-
-
-def _text_of(llm: llama_cpp.Llama, tokens: Sequence[int]) -> str:
-    return llm.detokenize(list(tokens), special=True).decode("utf-8", "replace")
 
 
 def _set_abort_callback(llm: llama_cpp.Llama, callback: Any) -> None:

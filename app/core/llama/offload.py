@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 
 from app.core.backend import Placement
 from app.core.llama import memory
-from app.core.llama.devices import Device, offload_targets
+from app.core.llama.devices import Device, Hardware, offload_targets
 from app.core.models.catalog import ModelEntry
 from app.core.models.gguf import GGUFError, GGUFHeader
 from app.core.models.header_cache import cached_header
@@ -193,3 +193,11 @@ def for_entry(entry: ModelEntry, options: LoadOptions, devices: Sequence[Device]
         return plan(cached_header(entry.path), options, devices, unavailable)
     except GGUFError:
         return None
+
+
+def would_go(entry: ModelEntry, options: LoadOptions, hardware: Hardware,
+             loaded: Placement | None = None) -> Plan | None:
+    """Where ``entry``'s layers would go if it loaded now with ``options``, the model
+    ``loaded`` (its placement) unloaded first; None for a server's model or a file that
+    cannot load. The window's list and ``fireside models`` both say this."""
+    return for_entry(entry, options, freed(hardware.devices, loaded), hardware.unavailable)

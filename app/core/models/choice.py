@@ -1,4 +1,4 @@
-"""Which model to use: the one asked for, else the last used, else the bundled default."""
+"""Which model to use: the one asked for; with none asked for, the model at start."""
 
 from __future__ import annotations
 
@@ -11,7 +11,8 @@ from app.core.settings import Settings
 
 def choose_model(query: str | None, entries: Sequence[catalog.ModelEntry], prefs: Settings,
                  required: bool = False) -> Path:
-    """Resolve a path or catalog name; raises LookupError with a message for the user."""
+    """Resolve a path or catalog name (None: ``start_model``); raises LookupError with a
+    message for the user."""
     if query:
         entry = catalog.find(entries, query)
         if entry is not None and entry.error and entry.source.startswith(catalog.SERVER_PREFIX):
@@ -25,7 +26,14 @@ def choose_model(query: str | None, entries: Sequence[catalog.ModelEntry], prefs
         raise LookupError(f"No model called {query!r}. Models found: {names}.")
     if required:
         raise LookupError("Name a model: /model NAME or /model PATH.")
-    for candidate in (prefs.last_model, prefs.default_model):
+    return start_model(entries, prefs)
+
+
+def start_model(entries: Sequence[catalog.ModelEntry], prefs: Settings) -> Path:
+    """The model every face loads when none is named: the user's "Model at start", else
+    the last one used, else the bundled default, else the first usable one found. A file
+    that is gone is passed over. LookupError with a message for the user if none is left."""
+    for candidate in (prefs.default_model, prefs.last_model):
         if candidate and Path(candidate).is_file():
             return Path(candidate)
     default = bundled.default_model_path()

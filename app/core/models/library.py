@@ -81,8 +81,8 @@ class ModelLibrary:
         self.entries = [*self._files, *remote]
 
     def choose(self, query: str | None, required: bool = False) -> Path:
-        """A path or a model's name; None: the last used, else the default. LookupError
-        (with a message for the user) if there is none."""
+        """A path or a model's name; None: the model at start (``choice.start_model``).
+        LookupError (with a message for the user) if there is none."""
         return choice.choose_model(query, self.entries, self._settings, required)
 
     def add(self, path: Path) -> None:

@@ -23,7 +23,6 @@ from app.core.backend import (
     ModelLoadError,
     NoModelLoaded,
     OneThreadBackend,
-    PieceCallback,
     PromptBuilder,
     ReplyHandle,
     Session,
@@ -95,8 +94,7 @@ class RemoteBackend(OneThreadBackend):
     def _clear(self) -> None:
         """A server keeps nothing of ours between requests."""
 
-    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling,
-                  on_piece: PieceCallback | None) -> Reply:
+    def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling) -> Reply:
         import openai  # noqa: PLC0415
 
         model = self._loaded
@@ -118,7 +116,9 @@ class RemoteBackend(OneThreadBackend):
         chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
         threading.Thread(target=_pump, args=(stream, chunks), daemon=True,
                          name="fireside-remote-stream").start()
-        out = ReplyText(on_piece)  # a thought inline at the start is told apart too
+        # A thought inline at the start is told apart too; the request's stop strings
+        # end the reply here, as they do on the local engine.
+        out = ReplyText(handle.pieces, stops=sampling.stop)
         pieces = 0
         first: float | None = None
         finish: FinishReason = "stop"
@@ -159,6 +159,9 @@ class RemoteBackend(OneThreadBackend):
                         out.add(piece)
                 if choice.finish_reason == "length":
                     finish = "length"
+            if out.stopped:
+                stream.close()
+                break
         ended = time.monotonic()
         answer, thought = out.finish()
         tokens = getattr(usage, "completion_tokens", None) or pieces

@@ -14,9 +14,9 @@ import ipaddress
 import os
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, get_args
+from typing import Any, Protocol, get_args
 from urllib.parse import quote, unquote, urlsplit
 
 from app.core.remote import secrets
@@ -138,6 +138,57 @@ def check(name: str, url: str, key_env: str | None = None) -> Server:
     if key_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key_env):
         raise ValueError(f"“{key_env}” is not an environment variable's name.")
     return Server(name, url, key_env)
+
+
+class ServerRecords(Protocol):
+    """Where the servers the user added are kept: the settings (``Settings.servers``),
+    which this room sits below and so names only by what it holds."""
+
+    servers: list[dict[str, str]]
+
+
+@dataclass(frozen=True)
+class Added:
+    """A server just added, and what the user should know about it."""
+
+    server: Server
+    notes: tuple[str, ...] = ()
+
+
+def add(kept: ServerRecords, name: str, url: str, *, key_env: str | None = None,
+        key: str = "", key_in_file: bool = False) -> Added:
+    """Add a server to ``kept`` (the caller saves it): the terminal names the variable
+    that holds its key (``key_env``), the window hands the key itself, which goes to the
+    keyring (``secrets.keep``; ``key_in_file``: the user's own file where there is no
+    keyring). ValueError with a sentence if the server is unusable or its name taken."""
+    server = check(name, url, key_env)
+    known = added(kept.servers)
+    if any(s.name == server.name for s in known):
+        raise ValueError(f"There is already a server called “{server.name}”; remove it "
+                         "first to change it.")
+    notes = []
+    key = key.strip()
+    if key:
+        server = replace(server, key_store=secrets.keep(server.name, key, key_in_file))
+        if server.key_store == "session":
+            notes.append("This computer has no keyring: the key is kept until Fireside "
+                         "closes.")
+    if travels_unencrypted(server.url):
+        notes.append(f"{server.url} is plain http to another network: your messages and "
+                     "its replies travel unencrypted. Use https if it offers it.")
+    kept.servers = [s.to_json() for s in (*known, server)]
+    return Added(server, tuple(notes))
+
+
+def remove(kept: ServerRecords, name: str) -> bool:
+    """Take the server called ``name`` out of ``kept`` (the caller saves it) and forget
+    its key wherever Fireside kept it; False if there is no such server."""
+    known = added(kept.servers)
+    if not any(s.name == name for s in known):
+        return False
+    secrets.forget(name)
+    kept.servers = [s.to_json() for s in known if s.name != name]
+    return True
 
 
 def travels_unencrypted(url: str) -> bool:

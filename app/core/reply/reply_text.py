@@ -1,6 +1,8 @@
-"""What the pieces of a streaming reply become: a thought and an answer, each delivered
-as it comes, the answer ended by a stop string where there is one, and the calls of
-functions that follow it (held back from the answer, parsed when the reply ends).
+"""The filter chain that turns a streaming reply's decoded text into what the user gets:
+the thought split from the answer, the answer ended by a stop string (the model's own
+and the request's, at the same token), the calls of functions held back from it (parsed
+when the reply ends), and a base model's repeated lines cut. What passes is written
+into the reply's :class:`~app.core.reply.pieces.Pieces` as it comes.
 
 Every backend feeds its decoded text here, so the local engine and a server's model
 show thinking and stop the same way.
@@ -10,22 +12,25 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from app.core.reply import tool_calls
-from app.core.reply.replies import Thinking, ToolCall
+from app.core.reply.pieces import Pieces
+from app.core.reply.replies import ToolCall
 from app.core.reply.stop_text import StopText
 from app.core.reply.thinking import UNMARKED, ThinkingFormat, ThoughtSplitter
 
 
 class ReplyText:
-    def __init__(self, on_piece: Callable[[str], None] | None,
+    def __init__(self, out: Pieces | None,
                  fmt: ThinkingFormat = UNMARKED, inside: bool = False,
                  stops: Sequence[str] = (), *, stop_on_repeat: bool = False,
                  calls: tool_calls.ToolFormat | None = None, drop_calls: bool = False) -> None:
-        """``calls``: the format of the calls the model may write after its answer;
+        """``out``: where the reply's text goes as it comes (None: only kept);
+        ``stops``: text that ends the reply, the model's own and the request's;
+        ``calls``: the format of the calls the model may write after its answer;
         ``drop_calls``: none is allowed, and one begun is dropped (and ends the reply)."""
-        self._on_piece = on_piece
+        self._out = out
         self._calls = calls
         self._drop_calls = drop_calls
         self._opener = StopText([calls.opener]) if calls is not None else None
@@ -33,6 +38,8 @@ class ReplyText:
         self.tool_calls: tuple[ToolCall, ...] = ()
         self._splitter = ThoughtSplitter(fmt, inside)
         self._stops = StopText(stops) if stops else None
+        # A blank line that ends a reply ends it only once the answer has begun.
+        self._lead_stripped = any(not stop.strip() for stop in stops)
         self._thinking: list[str] = []
         self._answer: list[str] = []
         self._sent = False  # some of the answer has come (shown or not yet)
@@ -111,15 +118,15 @@ class ReplyText:
         for is_thought, text in parts:
             if is_thought:
                 self._thinking.append(text)
-                if self._on_piece is not None:
-                    self._on_piece(Thinking(text))
+                if self._out is not None:
+                    self._out.put(text, thought=True)
             elif self._opener is not None and not (text := self._divert(text)):
                 continue
             elif self._stops is None:
                 self._send(text)
             elif not self.stopped:
-                # A blank line ends it only once the answer has begun.
-                self._send(self._stops.feed(text if self._sent else text.lstrip()))
+                lead = not self._sent and self._lead_stripped
+                self._send(self._stops.feed(text.lstrip() if lead else text))
                 self.stopped = self.stopped or self._stops.hit
 
     def _divert(self, text: str) -> str:
@@ -154,8 +161,8 @@ class ReplyText:
         if not text:
             return
         self._answer.append(text)
-        if self._on_piece is not None:
-            self._on_piece(text)
+        if self._out is not None:
+            self._out.put(text)
 
     def _whole_lines(self, text: str) -> str:
         """What of the lines ``text`` completes may be shown: up to a line or a sentence
