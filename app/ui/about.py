@@ -94,6 +94,24 @@ class AboutDialog(QDialog):
         self.setModal(False)
         self.resize(940, 600)
 
+        header = self._build_header()
+        description = QLabel(DESCRIPTION, self)
+        description.setObjectName("aboutDescription")
+        description.setWordWrap(True)
+        split = self._build_licenses()
+        self.show_component(0)
+
+        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
+        buttons.rejected.connect(self.reject)
+        layout = QVBoxLayout(self)
+        layout.addLayout(header)
+        layout.addWidget(description)
+        layout.addWidget(QLabel("Fireside is built on these, under their own licenses:", self))
+        layout.addWidget(split, 1)
+        layout.addWidget(buttons)
+
+    def _build_header(self) -> QHBoxLayout:
+        """The logo beside the app's name and version."""
         logo = QLabel(self)
         logo.setPixmap(icons.app_icon().pixmap(64, 64))
         title = QLabel("Fireside", self)
@@ -111,10 +129,10 @@ class AboutDialog(QDialog):
         header = QHBoxLayout()
         header.addWidget(logo)
         header.addLayout(heading, 1)
-        description = QLabel(DESCRIPTION, self)
-        description.setObjectName("aboutDescription")
-        description.setWordWrap(True)
+        return header
 
+    def _build_licenses(self) -> QSplitter:
+        """The components on the left, the license of the one selected on the right."""
         self.components = QTreeWidget(self)
         self.components.setObjectName("aboutComponents")
         self.components.setAccessibleName("Components and their licenses")
@@ -139,16 +157,7 @@ class AboutDialog(QDialog):
         split.setStretchFactor(1, 1)
         split.setSizes([380, 560])
         self.components.currentItemChanged.connect(self._on_components_current_item_changed)
-        self.show_component(0)
-
-        buttons = QDialogButtonBox(QDialogButtonBox.StandardButton.Close, self)
-        buttons.rejected.connect(self.reject)
-        layout = QVBoxLayout(self)
-        layout.addLayout(header)
-        layout.addWidget(description)
-        layout.addWidget(QLabel("Fireside is built on these, under their own licenses:", self))
-        layout.addWidget(split, 1)
-        layout.addWidget(buttons)
+        return split
 
     def show_component(self, index: int) -> None:
         """Select the component at ``index`` in COMPONENTS and show its license."""

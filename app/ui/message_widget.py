@@ -145,7 +145,19 @@ class MessageWidget(QFrame):
         self._code_blocks: Sequence[str] = ()
         self._live: LiveReply | None = None
         self.setObjectName("userMessage" if role == "user" else "replyMessage")
+        self._build_text(thinking, stats)
+        self._build_actions()
+        self._lay_out(calls)
 
+        self._apply_stats()
+        self._update_names()
+        self._render()
+        if note:
+            self.mark_failed(note)
+
+    def _build_text(self, thinking: str, stats: ReplyStats | None) -> None:
+        """The text and what is shown around it: its author, the reply's thinking, why
+        it failed and its details."""
         self.text = MessageText(self)
         self.text.setFont(_scaled(self.font(), TEXT_SCALE))
         self.text.anchorClicked.connect(self._on_anchor_clicked)
@@ -163,6 +175,8 @@ class MessageWidget(QFrame):
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details.hide()
 
+    def _build_actions(self) -> None:
+        """The buttons under the message, not yet laid out: which show depends on its role."""
         self._actions = QWidget(self)
         self._actions.setObjectName("messageActions")
         self.copy_button = self._action("Copy", "copyButton", "Copy message",
@@ -181,6 +195,9 @@ class MessageWidget(QFrame):
         self.regenerate_button.clicked.connect(self.regenerate_requested)
         self.details_button.toggled.connect(self._on_details_toggled)
 
+    def _lay_out(self, calls: Sequence[ToolRun]) -> None:
+        """A user's message as a bubble with its actions on the right; a reply at full
+        width under its author and thinking, its calls under its text."""
         bar = QHBoxLayout(self._actions)
         bar.setContentsMargins(0, 0, 0, 0)
         bar.setSpacing(2)
@@ -188,7 +205,7 @@ class MessageWidget(QFrame):
         layout.setContentsMargins(0, 0, 0, 0)
         layout.setSpacing(4)
         self._user_row: _UserRow | None = None
-        if role == "user":
+        if self.role == "user":
             self._author.hide()
             self._user_row = _UserRow(self.text, self)
             layout.addWidget(self._user_row)
@@ -211,12 +228,6 @@ class MessageWidget(QFrame):
         layout.addWidget(self._error)
         layout.addWidget(self._actions)
         layout.addWidget(self.details)
-
-        self._apply_stats()
-        self._update_names()
-        self._render()
-        if note:
-            self.mark_failed(note)
 
     def _action(self, label: str, name: str, accessible: str, tip: str) -> QToolButton:
         button = QToolButton(self._actions)

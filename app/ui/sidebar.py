@@ -83,7 +83,23 @@ class Sidebar(QFrame):
         self.new_chat_button.setToolTip("New chat (Ctrl+N)")
         self.new_chat_button.setCursor(Qt.CursorShape.PointingHandCursor)
         self.new_chat_button.clicked.connect(self.new_chat_requested)
+        self._build_search()
+        self._build_list()
+        brand = self._build_brand()
 
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(10, 14, 10, 10)
+        layout.setSpacing(8)
+        layout.addLayout(brand)
+        layout.addWidget(self.new_chat_button)
+        layout.addWidget(self.search_box)
+        layout.addSpacing(2)
+        layout.addWidget(self.list, 1)
+        self._quiet = False  # set while the list changes under program control
+        self._current_id: int | None = None
+
+    def _build_search(self) -> None:
+        """The search box, which tells its text once the typing settles."""
         self.search_box = QLineEdit(self)
         self.search_box.setObjectName("searchBox")
         self.search_box.setAccessibleName("Search conversations")
@@ -103,6 +119,8 @@ class Sidebar(QFrame):
         self._search_timer.timeout.connect(self._on_search_timer_timeout)
         self.search_box.textChanged.connect(self._search_timer.start)
 
+    def _build_list(self) -> None:
+        """The conversations under their days, renamed in place, with a context menu."""
         self.model = ConversationListModel(self)
         self.list = QListView(self)
         self.list.setObjectName("conversationList")
@@ -119,6 +137,8 @@ class Sidebar(QFrame):
         self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
         self.list.selectionModel().currentChanged.connect(self._on_current_changed)
 
+    def _build_brand(self) -> QHBoxLayout:
+        """The app's logo and name, at the top."""
         self._logo = QLabel(self)
         self._logo.setFixedSize(22, 22)
         brand_name = QLabel("Fireside", self)
@@ -128,17 +148,7 @@ class Sidebar(QFrame):
         brand.setSpacing(8)
         brand.addWidget(self._logo)
         brand.addWidget(brand_name, 1)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(10, 14, 10, 10)
-        layout.setSpacing(8)
-        layout.addLayout(brand)
-        layout.addWidget(self.new_chat_button)
-        layout.addWidget(self.search_box)
-        layout.addSpacing(2)
-        layout.addWidget(self.list, 1)
-        self._quiet = False  # set while the list changes under program control
-        self._current_id: int | None = None
+        return brand
 
     def add_actions(self) -> None:
         """Keyboard actions of the list (added after the first paint, like the window's)."""

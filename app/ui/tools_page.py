@@ -61,7 +61,14 @@ class ToolsPage(QWidget):
                          "(MCP servers). Each call is shown to you and asked about before "
                          "it runs. A local server is a program Fireside starts; a URL is "
                          "connected to only because you added it.", body))
+        self._build_servers(body, form)
+        self._build_new_server(body, form)
+        self._build_limits(body, form)
+        self._build_allowed(body, form)
+        self.refresh()
 
+    def _build_servers(self, body: QWidget, form: QFormLayout) -> None:
+        """The servers added, each switched on or off by its check box."""
         self.server_list = QListWidget(body)
         self.server_list.setObjectName("toolServerList")
         self.server_list.setAccessibleName("Tool servers")
@@ -71,6 +78,8 @@ class ToolsPage(QWidget):
         form.addRow("Tool servers", self.server_list)
         form.addRow("", button_row(remove))
 
+    def _build_new_server(self, body: QWidget, form: QFormLayout) -> None:
+        """A server to add by hand, or many from a JSON file, and what is wrong with it."""
         self.name_edit = line_edit(body, "toolServerNameEdit", "Name", "files")
         self.command_edit = line_edit(
             body, "toolServerCommandEdit", "Command line",
@@ -90,16 +99,20 @@ class ToolsPage(QWidget):
         form.addRow("", button_row(add, importer))
         form.addRow(self.problem)
 
+    def _build_limits(self, body: QWidget, form: QFormLayout) -> None:
+        """How many calls a reply may make, and how long each may take."""
         self.max_calls_spin = _spin(body, "maxToolCallsSpin", "Calls per reply", 1, 50)
-        self.max_calls_spin.setValue(prefs.max_tool_calls)
+        self.max_calls_spin.setValue(self.prefs.max_tool_calls)
         self.max_calls_spin.valueChanged.connect(self._on_max_calls_changed)
         form.addRow("Calls per reply", self.max_calls_spin)
         self.timeout_spin = _spin(body, "toolTimeoutSpin", "Time limit for a call", 5, 600)
         self.timeout_spin.setSuffix(" s")
-        self.timeout_spin.setValue(round(prefs.tool_timeout_s))
+        self.timeout_spin.setValue(round(self.prefs.tool_timeout_s))
         self.timeout_spin.valueChanged.connect(self._on_timeout_changed)
         form.addRow("Time limit for a call", self.timeout_spin)
 
+    def _build_allowed(self, body: QWidget, form: QFormLayout) -> None:
+        """The tools allowed always, each to forget."""
         self.allowed_list = QListWidget(body)
         self.allowed_list.setObjectName("alwaysAllowedList")
         self.allowed_list.setAccessibleName("Always allowed tools")
@@ -109,7 +122,6 @@ class ToolsPage(QWidget):
                          body))
         form.addRow("Always allowed", self.allowed_list)
         form.addRow("", button_row(forget))
-        self.refresh()
 
     def refresh(self) -> None:
         """Both lists again from the settings (a tool may have been allowed meanwhile)."""

@@ -157,7 +157,7 @@ def test_an_answer_clicked_before_the_question_arrives_is_kept_for_it(
     # machine the click can come first (seen in CI): that answer must not be lost.
     controller = window.controller
     assert controller is not None
-    hooks = controller._tools()
+    hooks = controller._reply.tools()
     early = ToolRun(ToolCall("add", "{}", "call_early"), "test")
     controller.decide("call_early", DENY)
     controller.decide("call_early", ALLOW_ONCE)  # a second click changes nothing
