@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from app.core import paths
-from app.core.conversations.chat import ChatService
+from app.core.conversations.chat import SAVE_INTERVAL_S, ChatService
 from app.core.conversations.store import Store
 from app.core.llama.engine import Engine, LoadOptions, PromptTooLong, Sampling
 from tests.core.helpers import GREEDY, PROBE
@@ -127,14 +127,16 @@ def test_kill_9_mid_reply_keeps_the_text_so_far(smollm2_path: Path) -> None:
         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=dict(os.environ))
     assert process.stdout is not None
     deltas: list[str] = []
-    first_delta_at = 0.0
+    long_at = 0.0
     for line in process.stdout:
         event = json.loads(line)
         if event["event"] == "delta":
             deltas.append(event["text"])
-            first_delta_at = first_delta_at or time.monotonic()
-            # Long enough for the growing reply to have been saved a few times.
-            if time.monotonic() - first_delta_at > 2.0:
+            if not long_at and len("".join(deltas)) > 100:
+                long_at = time.monotonic()
+            # Long enough, however slowly it came, for the growing reply to have been
+            # saved a few times since it was more than a word.
+            if long_at and time.monotonic() - long_at > 4 * SAVE_INTERVAL_S:
                 break
     process.send_signal(signal.SIGKILL)
     process.wait(10)

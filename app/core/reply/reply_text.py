@@ -41,6 +41,7 @@ class ReplyText:
         # A blank line that ends a reply ends it only once the answer has begun.
         self._lead_stripped = any(not stop.strip() for stop in stops)
         self._thinking: list[str] = []
+        self._thought_space = ""  # the thought's trailing whitespace, not streamed yet
         self._answer: list[str] = []
         self._sent = False  # some of the answer has come (shown or not yet)
         self.thinking_tokens = 0
@@ -118,8 +119,7 @@ class ReplyText:
         for is_thought, text in parts:
             if is_thought:
                 self._thinking.append(text)
-                if self._out is not None:
-                    self._out.put(text, thought=True)
+                self._put_thought(text)
             elif self._opener is not None and not (text := self._divert(text)):
                 continue
             elif self._stops is None:
@@ -128,6 +128,16 @@ class ReplyText:
                 lead = not self._sent and self._lead_stripped
                 self._send(self._stops.feed(text.lstrip() if lead else text))
                 self.stopped = self.stopped or self._stops.hit
+
+    def _put_thought(self, text: str) -> None:
+        """Streams the thought as it is kept: its whitespace at the end waits for more of
+        it, so what a face shows ends as the saved thought does."""
+        if self._out is None:
+            return
+        pending = self._thought_space + text
+        shown = pending.rstrip()
+        self._thought_space = pending[len(shown):]
+        self._out.put(shown, thought=True)
 
     def _divert(self, text: str) -> str:
         """What of ``text`` is answer; from a call's opener on, the rest is the call's."""
