@@ -39,14 +39,43 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--log-level", default=os.environ.get("FIRESIDE_LOG", "WARNING"),
                         help=argparse.SUPPRESS)
     commands = parser.add_subparsers(dest="command")
+    # The order of the commands here is the order `--help` lists them in.
+    _add_models(commands)
+    _add_chat(commands)
+    _add_servers(commands)
+    _add_serve(commands)
+    _add_devices(commands)
+    _add_export(commands)
+    return parser
 
+
+_Commands = argparse._SubParsersAction  # argparse names no public type for it
+
+
+def _add_models(commands: _Commands[argparse.ArgumentParser]) -> None:
     models = commands.add_parser("models", help="list the models Fireside can find")
     models.add_argument("--json", action="store_true", help="one JSON object per model")
 
+
+def _add_chat(commands: _Commands[argparse.ArgumentParser]) -> None:
     chat = commands.add_parser("chat", help="chat in the terminal")
     chat.add_argument("prompt", nargs="?", help="answer this and exit (else read stdin)")
     chat.add_argument("--model", "-m", help="a .gguf path or a model name from `models`")
     chat.add_argument("--system", help="system prompt")
+    _add_sampling(chat)
+    _add_loading(chat)
+    _add_thinking(chat)
+    _add_tools(chat)
+    chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
+    going_on = chat.add_mutually_exclusive_group()
+    going_on.add_argument("--conversation", type=int, metavar="ID",
+                          help="go on with this stored conversation (ids: `fireside export "
+                               "--all --format json`)")
+    going_on.add_argument("--continue", dest="continue_last", action="store_true",
+                          help="go on with the most recent conversation")
+
+
+def _add_sampling(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--temperature", type=float)
     chat.add_argument("--top-p", type=float)
     chat.add_argument("--top-k", type=int)
@@ -54,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     chat.add_argument("--repeat-penalty", type=float)
     chat.add_argument("--seed", type=int)
     chat.add_argument("--max-tokens", type=int)
+
+
+def _add_loading(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--context", type=int, help="context size in tokens")
     chat.add_argument("--threads", type=int, help="threads for generating")
     chat.add_argument("--prompt-threads", type=int, help="threads for reading the prompt")
@@ -64,12 +96,18 @@ def _parser() -> argparse.ArgumentParser:
                       help="the KV cache's type: f16 (default), q8_0 or q4_0 (less memory)")
     chat.add_argument("--gpu-layers", metavar="auto|all|off|N",
                       help="layers on the GPU: auto (default: as many as fit), all, off, or N")
+
+
+def _add_thinking(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--thinking", choices=THINKING_CHOICES,
                       help="a thinking model's thinking: on, off, or gpt-oss's effort")
     chat.add_argument("--thinking-budget", type=int, metavar="N",
                       help="end a thought after N tokens, so that the answer comes")
     chat.add_argument("--hide-thinking", action="store_true",
                       help="print only the answer, not the thinking before it")
+
+
+def _add_tools(chat: argparse.ArgumentParser) -> None:
     chat.add_argument("--tools", type=Path, metavar="MCP.JSON",
                       help="tool servers the model may call, as the mcpServers JSON of "
                            "Claude Desktop, LM Studio or Cursor")
@@ -77,14 +115,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="run every tool call without asking (for runs without a person)")
     chat.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
                       help="whether the model may, must or must not call a tool, or which")
-    chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
-    going_on = chat.add_mutually_exclusive_group()
-    going_on.add_argument("--conversation", type=int, metavar="ID",
-                          help="go on with this stored conversation (ids: `fireside export "
-                               "--all --format json`)")
-    going_on.add_argument("--continue", dest="continue_last", action="store_true",
-                          help="go on with the most recent conversation")
 
+
+def _add_servers(commands: _Commands[argparse.ArgumentParser]) -> None:
     servers = commands.add_parser("servers", help="model servers to chat with beside local "
                                   "models (OpenAI-compatible: llama-server, vLLM, Ollama…)")
     what = servers.add_subparsers(dest="action", required=True)
@@ -99,6 +132,8 @@ def _parser() -> argparse.ArgumentParser:
     remove = what.add_parser("remove", help="forget a server")
     remove.add_argument("name")
 
+
+def _add_serve(commands: _Commands[argparse.ArgumentParser]) -> None:
     serve = commands.add_parser(
         "serve", help="serve a model to other apps on this computer (OpenAI-compatible API "
         "at http://127.0.0.1:8484/v1), with no window")
@@ -108,15 +143,18 @@ def _parser() -> argparse.ArgumentParser:
                        help="require this token of every request; alone: the token kept in "
                             "the settings (made once)")
 
+
+def _add_devices(commands: _Commands[argparse.ArgumentParser]) -> None:
     devices = commands.add_parser("devices", help="the devices llama.cpp can run models on, "
                                   "with their memory")
     devices.add_argument("--json", action="store_true", help="one JSON object per device")
 
+
+def _add_export(commands: _Commands[argparse.ArgumentParser]) -> None:
     export = commands.add_parser("export", help="write conversations to stdout")
     export.add_argument("id", nargs="?", type=int, help="a conversation id (default: latest)")
     export.add_argument("--all", action="store_true", help="every conversation")
     export.add_argument("--format", choices=["md", "json"], default="md")
-    return parser
 
 
 def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:

@@ -128,18 +128,7 @@ def run_chat(args: argparse.Namespace) -> int:
 
 
 def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
-    for notice in core.notices:
-        out.notice(notice)
-    status = 0
-    if core.store_error:
-        # Still answer (the user asked a question), but say that nothing is kept.
-        out.error(f"{core.store_error}. This chat will not be saved.")
-        status = 1
-    if core.settings.servers:  # their models can be chosen too
-        core.library.ask_servers()
-        for listing in core.library.listings:
-            if listing.problem:
-                out.notice(listing.problem)
+    status = _report_startup(core, out)
     try:
         model_path = core.startup_model(args.model)
     except LookupError as err:
@@ -149,16 +138,7 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
     if tools_problem:
         out.error(tools_problem)
         return 2
-    core.session = SessionSettings(
-        tool_choice=args.tool_choice, n_ctx=args.context, n_threads=args.threads,
-        system_prompt=args.system,
-        flash_attention=args.flash_attention, kv_cache=args.kv_cache,
-        batch_size=args.batch_size, prompt_threads=args.prompt_threads,
-        gpu_layers=args.gpu_layers,
-        sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
-                  "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
-                  "seed": args.seed, "max_tokens": args.max_tokens,
-                  "thinking": args.thinking, "thinking_budget": args.thinking_budget})
+    core.session = _session_settings(args)
     out.hide_thinking = args.hide_thinking
     previous_handlers = install_signal_handlers()
     try:
@@ -181,6 +161,38 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         return 0
     finally:
         restore_signal_handlers(previous_handlers)
+
+
+def _report_startup(core: Fireside, out: Output) -> int:
+    """Say what went wrong before the chat began; 1 if nothing of it will be kept."""
+    for notice in core.notices:
+        out.notice(notice)
+    status = 0
+    if core.store_error:
+        # Still answer (the user asked a question), but say that nothing is kept.
+        out.error(f"{core.store_error}. This chat will not be saved.")
+        status = 1
+    if core.settings.servers:  # their models can be chosen too
+        core.library.ask_servers()
+        for listing in core.library.listings:
+            if listing.problem:
+                out.notice(listing.problem)
+    return status
+
+
+def _session_settings(args: argparse.Namespace) -> SessionSettings:
+    """The command line's choices, for this session only: the saved settings stay as
+    they are."""
+    return SessionSettings(
+        tool_choice=args.tool_choice, n_ctx=args.context, n_threads=args.threads,
+        system_prompt=args.system,
+        flash_attention=args.flash_attention, kv_cache=args.kv_cache,
+        batch_size=args.batch_size, prompt_threads=args.prompt_threads,
+        gpu_layers=args.gpu_layers,
+        sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
+                  "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
+                  "seed": args.seed, "max_tokens": args.max_tokens,
+                  "thinking": args.thinking, "thinking_budget": args.thinking_budget})
 
 
 def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | None:

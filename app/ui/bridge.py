@@ -25,7 +25,7 @@ class PieceStream(QObject):
 
     def __init__(self, pieces: Pieces, parent: QObject | None = None) -> None:
         super().__init__(parent)
-        self._pieces = pieces
+        self.pieces = pieces
         pieces.on_arrival(self._wake)
 
     def _wake(self) -> None:
@@ -37,7 +37,7 @@ class PieceStream(QObject):
         """GUI thread: the (thinking, answer) that arrived since the last take(); a reply
         thinks first, so the thinking comes before the answer's text. Taking nothing
         means waiting: the next piece emits ``arrived``; else the GUI comes back itself."""
-        taken = self._pieces.take()
+        taken = self.pieces.take()
         return taken.thought, taken.answer
 
 

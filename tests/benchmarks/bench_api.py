@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -84,9 +85,7 @@ def main(rounds: int) -> int:
     import qasync
 
     from app.core import settings
-    from app.core.conversations.completions import read_request
     from app.ui.window import MainWindow
-    from tests.heartbeat import INTERVAL_S, Heartbeat
     from tests.model_server import free_port
 
     app = QApplication(sys.argv[:1])
@@ -95,139 +94,171 @@ def main(rounds: int) -> int:
     prefs.temperature, prefs.seed, prefs.context_size, prefs.system_prompt = 0.0, 1, 4096, ""
     prefs.serve_api, prefs.api_port = True, free_port()
     settings.save(prefs)
-    url = f"http://127.0.0.1:{prefs.api_port}/v1"
     loop = qasync.QEventLoop(app)
     asyncio.set_event_loop(loop)
     window = MainWindow(prefs)
     window.show()
-    figures: dict[str, list[float]] = {k: [] for k in (
-        "core_rate", "api_rate", "made", "ratio", "cold", "warm", "disconnect")}
-    crowd: list[dict[str, Any]] = []
-    arrived: list[str] = []
-    gaps = [0.0]
-    errors: list[str] = []
-    model_name = [""]
+    bench = Bench(window, loop, f"http://127.0.0.1:{prefs.api_port}/v1")
+    with loop:
+        loop.run_until_complete(bench.run(rounds))
+    bench.report(rounds)
+    return 0
 
-    def directly(messages: list[dict[str, str]], max_tokens: int) -> Any:
+
+@dataclass
+class Bench:
+    """The window serving the API, and what the rounds measured of it."""
+
+    window: Any
+    loop: Any
+    url: str
+    # The clients, off the GUI thread.
+    threads: ThreadPoolExecutor = field(
+        default_factory=lambda: ThreadPoolExecutor(max_workers=CLIENTS + 2))
+    figures: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in (
+        "core_rate", "api_rate", "made", "ratio", "cold", "warm", "disconnect")})
+    crowd: list[dict[str, Any]] = field(default_factory=list)
+    arrived: list[str] = field(default_factory=list)
+    gaps: list[float] = field(default_factory=lambda: [0.0])
+    errors: list[str] = field(default_factory=list)
+    model_name: str = ""
+
+    def directly(self, messages: list[dict[str, str]], max_tokens: int) -> Any:
         """The same request asked of the core, with no HTTP in between."""
-        core = window.controller.core  # type: ignore[union-attr]
+        from app.core.conversations.completions import read_request
+
+        core = self.window.controller.core
         asked = read_request({"messages": messages, "max_tokens": max_tokens,
                               "temperature": 0, "seed": 1})
         handle = core.answer(asked.prompt(), lambda m: asked.sampling_for(
             core.sampling(m.path), m.n_ctx)).result()
         return handle.future.result().stats
 
-    def another_process(messages: list[dict[str, str]], max_tokens: int) -> Any:
+    def another_process(self, messages: list[dict[str, str]], max_tokens: int) -> Any:
         """``streamed`` by a client in a process of its own, as another app is."""
         code = ("import json, sys; sys.path.insert(0, sys.argv[1]); "
                 "from tests.benchmarks.bench_api import streamed; "
                 "print(json.dumps(streamed(sys.argv[2], json.loads(sys.argv[3]), "
                 "int(sys.argv[4]))))")
-        done = subprocess.run([sys.executable, "-c", code, str(ROOT), url,
+        done = subprocess.run([sys.executable, "-c", code, str(ROOT), self.url,
                                json.dumps(messages), str(max_tokens)],
                               capture_output=True, text=True, check=True)
         return json.loads(done.stdout)
 
-    threads = ThreadPoolExecutor(max_workers=CLIENTS + 2)  # the clients, off the GUI thread
+    async def off(self, function: Any, *args: Any) -> Any:
+        return await self.loop.run_in_executor(self.threads, function, *args)
 
-    async def off(function: Any, *args: Any) -> Any:
-        return await loop.run_in_executor(threads, function, *args)
-
-    async def run() -> None:
+    async def run(self, rounds: int) -> None:
+        window = self.window
         window.start()
         while window.chat is None or window.controller.core.model is None \
-                or window.chat.api.server is None:  # type: ignore[union-attr]
+                or window.chat.api.server is None:
             await asyncio.sleep(0.05)
-        core = window.controller.core  # type: ignore[union-attr]
-        model_name[0] = core.model.name
+        core = window.controller.core
+        self.model_name = core.model.name
         story = [{"role": "user", "content": STORY}]
-        await off(streamed, url, story, 16)  # warm both paths once
+        await self.off(streamed, self.url, story, 16)  # warm both paths once
         for n in range(rounds):
-            # Pairs in turn (core, API; then API, core) so a drift of the machine's
-            # speed weighs on both alike; each pair gives a ratio.
-            if n % 2:
-                reply = await off(another_process, story, DECODE_TOKENS)
-                stats = await off(directly, story, DECODE_TOKENS)
-            else:
-                stats = await off(directly, story, DECODE_TOKENS)
-                reply = await off(another_process, story, DECODE_TOKENS)
-            figures["core_rate"].append(stats.tokens_per_s)
-            figures["api_rate"].append(reply["rate"])
-            figures["made"].append(reply["made"])
-            figures["ratio"].append(reply["rate"] / stats.tokens_per_s)
-            if reply["tokens"] != stats.tokens:
-                errors.append(f"decode: {reply['tokens']} tokens by the API, "
-                              f"{stats.tokens} directly")
-            system = {"role": "system", "content": f"Report {n}. {PREFIX}"}
-            cold = await off(streamed, url, [system, {"role": "user", "content": "Who met?"}],
-                             4)
-            warm = await off(streamed, url, [system, {"role": "user", "content": "When?"}],
-                             4)
-            figures["cold"].append(cold["ttft"])
-            figures["warm"].append(warm["ttft"])
-            left = await off(streamed, url, story, DECODE_TOKENS, 5)
-            while core.answering:
-                await asyncio.sleep(0.001)
-            figures["disconnect"].append(time.monotonic() - left["closed"])
-
-        prompts = [f"Say something about the number {i}." for i in range(CLIENTS * EACH)]
-        alone = {p: (await off(streamed, url, [{"role": "user", "content": p}], 16))["text"]
-                 for p in prompts}
-        heartbeat = Heartbeat()
-
-        def client(c: int) -> None:
-            for r in range(EACH):
-                prompt = prompts[c * EACH + r]
-                try:
-                    got = streamed(url, [{"role": "user", "content": prompt}], 16)
-                except Exception as err:  # counted, then shown
-                    errors.append(f"{type(err).__name__}: {err}")
-                    continue
-                got["mixed"] = got["text"] != alone[prompt]
-                got["prompt"] = prompt
-                crowd.append(got)
-
-        # The order requests reach the queue: read_request runs just before the handler
-        # queues the request, with nothing awaited in between.
-        from app.api import server as api_server
-
-        def noted(body: Any) -> Any:
-            arrived.append(body["messages"][0]["content"])
-            return read_request(body)
-
-        api_server.read_request = noted  # type: ignore[attr-defined]
-        heartbeat.start()
-        await asyncio.gather(*(off(client, c) for c in range(CLIENTS)))
-        gaps.append(heartbeat.stop() - INTERVAL_S)
+            await self.decode(n, story)
+            await self.prefix(n)
+            await self.disconnect(core, story)
+        await self.crowd_of_clients()
         window.close()
         while not window.is_shut_down:
             await asyncio.sleep(0.01)
 
-    with loop:
-        loop.run_until_complete(run())
+    async def decode(self, n: int, story: list[dict[str, str]]) -> None:
+        # Pairs in turn (core, API; then API, core) so a drift of the machine's
+        # speed weighs on both alike; each pair gives a ratio.
+        if n % 2:
+            reply = await self.off(self.another_process, story, DECODE_TOKENS)
+            stats = await self.off(self.directly, story, DECODE_TOKENS)
+        else:
+            stats = await self.off(self.directly, story, DECODE_TOKENS)
+            reply = await self.off(self.another_process, story, DECODE_TOKENS)
+        self.figures["core_rate"].append(stats.tokens_per_s)
+        self.figures["api_rate"].append(reply["rate"])
+        self.figures["made"].append(reply["made"])
+        self.figures["ratio"].append(reply["rate"] / stats.tokens_per_s)
+        if reply["tokens"] != stats.tokens:
+            self.errors.append(f"decode: {reply['tokens']} tokens by the API, "
+                               f"{stats.tokens} directly")
 
-    def median(name: str) -> float:
-        return statistics.median(figures[name])
+    async def prefix(self, n: int) -> None:
+        system = {"role": "system", "content": f"Report {n}. {PREFIX}"}
+        cold = await self.off(streamed, self.url,
+                              [system, {"role": "user", "content": "Who met?"}], 4)
+        warm = await self.off(streamed, self.url,
+                              [system, {"role": "user", "content": "When?"}], 4)
+        self.figures["cold"].append(cold["ttft"])
+        self.figures["warm"].append(warm["ttft"])
 
-    answered = [r["prompt"] for r in sorted(crowd, key=lambda r: r["first"])]
-    out_of_order = sum(a != b for a, b in zip(answered, arrived, strict=False))
-    print(f"{rounds} rounds, {model_name[0]}, Fireside's API served by the window")
-    print(f"decode      API {median('api_rate'):6.1f} tok/s  core {median('core_rate'):6.1f} "
-          f"tok/s  ratio {median('ratio'):.3f} (median of {rounds} pairs: "
-          f"{', '.join(f'{r:.2f}' for r in figures['ratio'])})  (target >= 0.95)")
-    print(f"            the model made the API's replies at {median('made'):.1f} tok/s: the "
-          f"client read {median('api_rate') / median('made'):.3f}x of it")
-    print(f"prefix      warm {median('warm') * 1000:6.0f} ms  cold {median('cold') * 1000:6.0f}"
-          f" ms  ratio {median('warm') / median('cold'):.3f}  (target <= 0.2)")
-    print(f"disconnect  median {median('disconnect') * 1000:.0f} ms  worst "
-          f"{max(figures['disconnect']) * 1000:.0f} ms  (target <= 200 ms)")
-    print(f"crowd       {len(crowd)} of {CLIENTS * EACH} answered, {len(errors)} errors, "
-          f"{sum(r['mixed'] for r in crowd)} texts not their own, {out_of_order} out of "
-          f"order; longest window stall {max(gaps) * 1000:.0f} ms "
-          "(target <= 50 ms)")
-    for error in errors[:5]:
-        print(f"  error: {error}")
-    return 0
+    async def disconnect(self, core: Any, story: list[dict[str, str]]) -> None:
+        left = await self.off(streamed, self.url, story, DECODE_TOKENS, 5)
+        while core.answering:
+            await asyncio.sleep(0.001)
+        self.figures["disconnect"].append(time.monotonic() - left["closed"])
+
+    async def crowd_of_clients(self) -> None:
+        from app.api import server as api_server
+        from app.core.conversations.completions import read_request
+        from tests.heartbeat import INTERVAL_S, Heartbeat
+
+        prompts = [f"Say something about the number {i}." for i in range(CLIENTS * EACH)]
+        alone = {p: (await self.off(streamed, self.url, [{"role": "user", "content": p}],
+                                    16))["text"]
+                 for p in prompts}
+        heartbeat = Heartbeat()
+
+        # The order requests reach the queue: read_request runs just before the handler
+        # queues the request, with nothing awaited in between.
+        def noted(body: Any) -> Any:
+            self.arrived.append(body["messages"][0]["content"])
+            return read_request(body)
+
+        api_server.read_request = noted  # type: ignore[attr-defined]
+        heartbeat.start()
+        await asyncio.gather(*(self.off(self.client, c, prompts, alone)
+                               for c in range(CLIENTS)))
+        self.gaps.append(heartbeat.stop() - INTERVAL_S)
+
+    def client(self, c: int, prompts: list[str], alone: dict[str, str]) -> None:
+        for r in range(EACH):
+            prompt = prompts[c * EACH + r]
+            try:
+                got = streamed(self.url, [{"role": "user", "content": prompt}], 16)
+            except Exception as err:  # counted, then shown
+                self.errors.append(f"{type(err).__name__}: {err}")
+                continue
+            got["mixed"] = got["text"] != alone[prompt]
+            got["prompt"] = prompt
+            self.crowd.append(got)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.figures[name])
+
+    def report(self, rounds: int) -> None:
+        median, figures, crowd = self.median, self.figures, self.crowd
+        answered = [r["prompt"] for r in sorted(crowd, key=lambda r: r["first"])]
+        out_of_order = sum(a != b for a, b in zip(answered, self.arrived, strict=False))
+        print(f"{rounds} rounds, {self.model_name}, Fireside's API served by the window")
+        print(f"decode      API {median('api_rate'):6.1f} tok/s  core "
+              f"{median('core_rate'):6.1f} tok/s  ratio {median('ratio'):.3f} (median of "
+              f"{rounds} pairs: {', '.join(f'{r:.2f}' for r in figures['ratio'])})  "
+              "(target >= 0.95)")
+        print(f"            the model made the API's replies at {median('made'):.1f} tok/s: "
+              f"the client read {median('api_rate') / median('made'):.3f}x of it")
+        print(f"prefix      warm {median('warm') * 1000:6.0f} ms  cold "
+              f"{median('cold') * 1000:6.0f} ms  ratio {median('warm') / median('cold'):.3f}"
+              "  (target <= 0.2)")
+        print(f"disconnect  median {median('disconnect') * 1000:.0f} ms  worst "
+              f"{max(figures['disconnect']) * 1000:.0f} ms  (target <= 200 ms)")
+        print(f"crowd       {len(crowd)} of {CLIENTS * EACH} answered, {len(self.errors)} "
+              f"errors, {sum(r['mixed'] for r in crowd)} texts not their own, {out_of_order} "
+              f"out of order; longest window stall {max(self.gaps) * 1000:.0f} ms "
+              "(target <= 50 ms)")
+        for error in self.errors[:5]:
+            print(f"  error: {error}")
 
 
 if __name__ == "__main__":

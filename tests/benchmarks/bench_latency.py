@@ -19,6 +19,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -61,33 +62,11 @@ def main(replies: int) -> int:
         from PySide6.QtWidgets import QApplication
 
         from app.core import settings
-        from app.core.reply import pieces
-        from app.ui import message_widget, theme
+        from app.ui import theme
         from app.ui.window import MainWindow
-        from tests.benchmarks.bench_window import ready
 
-        put = pieces.Pieces.put
-        produced: dict[int, int] = {}  # answer characters written, per reply's pieces
-
-        def timed_put(self: pieces.Pieces, text: str, thought: bool = False) -> None:
-            if not thought:
-                with clock.lock:
-                    produced[id(self)] = produced.get(id(self), 0) + len(text)
-                    clock.produced.append((time.perf_counter(), produced[id(self)]))
-            put(self, text, thought)
-
-        pieces.Pieces.put = timed_put  # type: ignore[method-assign]
-        stream = message_widget.MessageWidget.stream
-        written = [0]
-
-        def timed_stream(self: message_widget.MessageWidget, text: str) -> None:
-            stream(self, text)
-            with clock.lock:
-                written[0] += len(text)
-                clock.written.append((time.perf_counter(), written[0]))
-
-        message_widget.MessageWidget.stream = timed_stream  # type: ignore[method-assign]
-
+        time_produced(clock)
+        written = time_written(clock)
         app = QApplication(sys.argv[:1])
         app.setQuitOnLastWindowClosed(False)
         theme.apply(app, "light")
@@ -98,34 +77,77 @@ def main(replies: int) -> int:
         window = MainWindow(prefs)
         window.show()
         all_delays: list[float] = []
-
-        async def run() -> None:
-            controller = await ready(window)
-            for _ in range(replies):
-                await controller.new_chat()
-                clock.reset()
-                written[0] = 0
-                finished = asyncio.get_running_loop().create_future()
-
-                def done(*_args: object, finished: asyncio.Future[None] = finished) -> None:
-                    if not finished.done():
-                        finished.set_result(None)
-
-                controller.reply_finished.connect(done)
-                window.composer_bar.send_requested.emit(PROMPT)
-                await finished
-                controller.reply_finished.disconnect(done)
-                delays = clock.delays()
-                if delays:
-                    clock.first.append(delays[0])
-                    all_delays.extend(delays)
-            window.close()
-            while not window.is_shut_down:
-                await asyncio.sleep(0.05)
-
         with loop:
-            loop.run_until_complete(run())
+            loop.run_until_complete(stream_replies(window, replies, clock, written,
+                                                   all_delays))
+    report(replies, clock, all_delays)
+    return 0
 
+
+def time_produced(clock: Clock) -> None:
+    """Note on ``clock`` each piece of answer as the inference thread hands it on."""
+    from app.core.reply import pieces
+
+    put = pieces.Pieces.put
+    produced: dict[int, int] = {}  # answer characters written, per reply's pieces
+
+    def timed_put(self: pieces.Pieces, text: str, thought: bool = False) -> None:
+        if not thought:
+            with clock.lock:
+                produced[id(self)] = produced.get(id(self), 0) + len(text)
+                clock.produced.append((time.perf_counter(), produced[id(self)]))
+        put(self, text, thought)
+
+    pieces.Pieces.put = timed_put  # type: ignore[method-assign]
+
+
+def time_written(clock: Clock) -> list[int]:
+    """Note on ``clock`` each text the transcript writes into a reply. Returns the count
+    of characters written, which each reply sets back to 0."""
+    from app.ui import message_widget
+
+    stream = message_widget.MessageWidget.stream
+    written = [0]
+
+    def timed_stream(self: message_widget.MessageWidget, text: str) -> None:
+        stream(self, text)
+        with clock.lock:
+            written[0] += len(text)
+            clock.written.append((time.perf_counter(), written[0]))
+
+    message_widget.MessageWidget.stream = timed_stream  # type: ignore[method-assign]
+    return written
+
+
+async def stream_replies(window: Any, replies: int, clock: Clock, written: list[int],
+                         all_delays: list[float]) -> None:
+    from tests.benchmarks.bench_window import ready
+
+    controller = await ready(window)
+    for _ in range(replies):
+        await controller.new_chat()
+        clock.reset()
+        written[0] = 0
+        finished = asyncio.get_running_loop().create_future()
+
+        def done(*_args: object, finished: asyncio.Future[None] = finished) -> None:
+            if not finished.done():
+                finished.set_result(None)
+
+        controller.reply_finished.connect(done)
+        window.composer_bar.send_requested.emit(PROMPT)
+        await finished
+        controller.reply_finished.disconnect(done)
+        delays = clock.delays()
+        if delays:
+            clock.first.append(delays[0])
+            all_delays.extend(delays)
+    window.close()
+    while not window.is_shut_down:
+        await asyncio.sleep(0.05)
+
+
+def report(replies: int, clock: Clock, all_delays: list[float]) -> None:
     def ms(values: list[float], q: float) -> float:
         ordered = sorted(values)
         return 1000 * ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -135,7 +157,6 @@ def main(replies: int) -> int:
           f"  p95 {ms(clock.first, 0.95):5.1f} ms  (target <= 40 ms)")
     print(f"every piece on screen  median {1000 * statistics.median(all_delays):5.1f} ms"
           f"  p95 {ms(all_delays, 0.95):5.1f} ms")
-    return 0
 
 
 if __name__ == "__main__":

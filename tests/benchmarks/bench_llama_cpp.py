@@ -453,25 +453,7 @@ def huge_pages_note() -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=None,
-                        help="alternated runs per test (default 3; 1 with --quick)")
-    parser.add_argument("--quick", action="store_true",
-                        help="one round, no 3,000-token prompt, 64 decoded tokens")
-    parser.add_argument("--build-only", action="store_true", help="build llama-bench, stop")
-    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
-                        help="before each Fireside / llama-bench pair, wait up to S seconds "
-                             "for other work to leave the CPUs")
-    parser.add_argument("--wheel-libs", action="store_true",
-                        help="run llama-bench on the installed wheel's libllama/libggml "
-                             "(Fireside's very kernels) instead of the ones built with it")
-    parser.add_argument("--gpu-layers", type=int, default=0, metavar="N",
-                        help="offload N layers on both sides (99: all), llama-bench on the "
-                             "wheel's libraries and so on its GPU backend")
-    parser.add_argument("--jobs", type=int, default=JOBS, metavar="N",
-                        help=f"compile jobs for building llama-bench (default {JOBS})")
-    parser.add_argument("models", nargs="*", type=Path)
-    args = parser.parse_args(argv)
+    args = arguments(argv)
     rounds = args.rounds or (1 if args.quick else 3)
     prompts = PROMPTS[:1] if args.quick else PROMPTS
     decode = 64 if args.quick else DECODE
@@ -504,6 +486,46 @@ def main(argv: list[str] | None = None) -> int:
     if os.getloadavg()[0] > 0.5:
         print("note: the machine was busy before this run started: other work shares the "
               "CPU, so expect noise (compare the ratios, and their ranges)")
+    try:
+        rows, notes = measure_models(models, binary, rounds=rounds, prompts=prompts,
+                                     decode=decode, libs=libs, idle_s=args.wait_idle,
+                                     gpu_layers=args.gpu_layers)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    print()
+    print_table(rows, cpu)
+    print()
+    print_differences(notes)
+    return 0
+
+
+def arguments(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=None,
+                        help="alternated runs per test (default 3; 1 with --quick)")
+    parser.add_argument("--quick", action="store_true",
+                        help="one round, no 3,000-token prompt, 64 decoded tokens")
+    parser.add_argument("--build-only", action="store_true", help="build llama-bench, stop")
+    parser.add_argument("--wait-idle", type=float, default=0.0, metavar="S",
+                        help="before each Fireside / llama-bench pair, wait up to S seconds "
+                             "for other work to leave the CPUs")
+    parser.add_argument("--wheel-libs", action="store_true",
+                        help="run llama-bench on the installed wheel's libllama/libggml "
+                             "(Fireside's very kernels) instead of the ones built with it")
+    parser.add_argument("--gpu-layers", type=int, default=0, metavar="N",
+                        help="offload N layers on both sides (99: all), llama-bench on the "
+                             "wheel's libraries and so on its GPU backend")
+    parser.add_argument("--jobs", type=int, default=JOBS, metavar="N",
+                        help=f"compile jobs for building llama-bench (default {JOBS})")
+    parser.add_argument("models", nargs="*", type=Path)
+    return parser.parse_args(argv)
+
+
+def measure_models(models: list[Path], binary: Path, *, rounds: int, prompts: tuple[int, ...],
+                   decode: int, libs: Path | None, idle_s: float,
+                   gpu_layers: int) -> tuple[list[Row], dict[str, list[str]]]:
+    """Every model's rows, and where its configurations differ, on one engine."""
     rows: list[Row] = []
     notes: dict[str, list[str]] = {}
     engine = Engine()
@@ -511,15 +533,15 @@ def main(argv: list[str] | None = None) -> int:
         for path in models:
             model_rows, model_notes = measure_model(path, binary, engine, rounds=rounds,
                                                     prompts=prompts, decode=decode, libs=libs,
-                                                    idle_s=args.wait_idle,
-                                                    gpu_layers=args.gpu_layers)
+                                                    idle_s=idle_s, gpu_layers=gpu_layers)
             rows += model_rows
             notes[path.name] = model_notes
     finally:
         engine.close()
-        shutil.rmtree(data_dir, ignore_errors=True)
+    return rows, notes
 
-    print()
+
+def print_table(rows: list[Row], cpu: str) -> None:
     print(f"CPU: {cpu}, threads {default_threads()}, load average at end: {load_average()}")
     header = (f"{'model':<30} {'test':<7} {'Fireside':>9} {'(range)':>11} "
               f"{'llama-bench':>11} {'(range)':>11} {'ratio':>6} {'(range)':>11} "
@@ -537,7 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     print("ratio: Fireside / llama-bench, the median of the per-round ratios (1.0 is the "
           "speed limit); best/best: the fastest run of each, the figure least touched by "
           "other work on the machine.")
-    print()
+
+
+def print_differences(notes: dict[str, list[str]]) -> None:
     print("Where the configurations differ:")
     for model, model_notes in notes.items():
         settings_diffs = [n for n in model_notes if not n.startswith("n_ctx")]
@@ -549,7 +573,6 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"    {note}")
     for line in filter(None, [huge_pages_note(), *INHERENT]):
         print(f"  - {line}")
-    return 0
 
 
 if __name__ == "__main__":

@@ -27,7 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from app.core.reply.pieces import Pieces
+    from app.ui.bridge import PieceStream
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
@@ -73,17 +79,13 @@ def main(rounds: int) -> int:
     from app.core.models import bundled
     from app.core.remote import servers
     from app.ui.window import MainWindow
-    from tests.heartbeat import INTERVAL_S, Heartbeat
     from tests.model_server import llama_server
 
     model = bundled.default_model_path()
     assert model is not None
     app = QApplication(sys.argv[:1])
     app.setQuitOnLastWindowClosed(False)
-    cpus = sorted(os.sched_getaffinity(0))
-    own = {cpus[-1]} if len(cpus) > 1 else None
-    if own:
-        os.sched_setaffinity(0, set(cpus) - own)
+    own = _server_cpu()
     with llama_server(model, n_ctx=4096, cpus=own) as server:
         prefs = settings.load().settings
         prefs.temperature, prefs.top_p, prefs.seed = 0.0, 0.95, 1
@@ -96,103 +98,146 @@ def main(rounds: int) -> int:
         asyncio.set_event_loop(loop)
         window = MainWindow(prefs)
         window.show()
-        figures: dict[str, list[float]] = {k: [] for k in (
-            "bare_ttft", "bare_rate", "ttft", "rate", "stop", "quit", "stall")}
-
-        async def reply(text: str, stop_after: int = 0) -> tuple[object, float]:
-            controller = window.controller
-            assert controller is not None and window.chat is not None
-            finished: asyncio.Future[object] = loop.create_future()
-            pieces = [0]
-            stopped_at = [0.0]
-
-            def arrived() -> None:
-                pieces[0] += 1
-                if stop_after and pieces[0] == stop_after:
-                    stopped_at[0] = time.monotonic()
-                    controller.stop()
-
-            def started(_name: str, stream: object) -> None:
-                stream.arrived.connect(arrived)  # type: ignore[attr-defined]
-
-            def done(_text: str, stats: object) -> None:
-                if not finished.done():
-                    finished.set_result(stats)
-
-            controller.reply_started.connect(started)
-            controller.reply_finished.connect(done)
-            window.composer_bar.send_requested.emit(text)
-            stats = await finished
-            controller.reply_started.disconnect(started)
-            controller.reply_finished.disconnect(done)
-            return stats, time.monotonic() - stopped_at[0]
-
-        async def run() -> None:
-            window.start()
-            while window.chat is None or window.chat.models.loading or \
-                    window.picker.list_model.row_of(remote) < 0:
-                await asyncio.sleep(0.05)
-            window.chat.models.load(remote)
-            while window.controller.core.model is None or \
-                    window.controller.core.model.path != remote:
-                await asyncio.sleep(0.05)
-            for _ in range(rounds):
-                ttft, rate, _n = await loop.run_in_executor(None, bare_client, server.url,
-                                                            str(model))
-                figures["bare_ttft"].append(ttft)
-                figures["bare_rate"].append(rate)
-                await window.controller.new_chat()
-                stats, _ = await reply(STORY)
-                figures["ttft"].append(stats.ttft_s)  # type: ignore[attr-defined]
-                figures["rate"].append(stats.tokens_per_s)  # type: ignore[attr-defined]
-                for _pair in range(FIRST_PIECE_PAIRS):
-                    ttft, _rate, _n = await loop.run_in_executor(
-                        None, bare_client, server.url, str(model), STOP_AFTER)
-                    figures["bare_ttft"].append(ttft)
-                    await window.controller.new_chat()
-                    stats, stop_s = await reply(STORY, stop_after=STOP_AFTER)
-                    figures["ttft"].append(stats.ttft_s)  # type: ignore[attr-defined]
-                    figures["stop"].append(stop_s)
-
-            # A server that is connected but silent, asked for its models.
-            os.kill(server.process.pid, signal.SIGSTOP)
-            heartbeat = Heartbeat()
-            heartbeat.start()
-            task = window.chat.models.ask_servers()
-            if task is not None:
-                await task
-            gap = heartbeat.stop()
-            os.kill(server.process.pid, signal.SIGCONT)
-            figures["stall"].append(gap - INTERVAL_S)
-
-            window.composer_bar.send_requested.emit(STORY)
-            await asyncio.sleep(2.0)  # mid-reply
-            closing = time.monotonic()
-            window.close()
-            while not window.is_shut_down:
-                await asyncio.sleep(0.01)
-            figures["quit"].append(time.monotonic() - closing)
-
+        bench = Bench(window, loop, server, str(model), remote)
         with loop:
-            loop.run_until_complete(run())
-
-    def median(name: str) -> float:
-        return statistics.median(figures[name])
-
-    print(f"{rounds} rounds, SmolLM2 on llama-cpp-python's server on loopback, "
-          f"on CPU {own or 'shared'}; the client and the window on the others")
-    print(f"throughput  window {median('rate'):6.1f} tok/s  bare client "
-          f"{median('bare_rate'):6.1f} tok/s  ratio {median('rate') / median('bare_rate'):.3f}"
-          "  (target >= 0.95)")
-    print(f"first piece window {median('ttft') * 1000:6.0f} ms    bare client "
-          f"{median('bare_ttft') * 1000:6.0f} ms     ratio "
-          f"{median('ttft') / median('bare_ttft'):.3f}  (target <= 1.1)")
-    print(f"stop -> finished  median {median('stop') * 1000:.0f} ms  worst "
-          f"{max(figures['stop']) * 1000:.0f} ms  (target <= 200 ms)")
-    print(f"quit mid-reply    {median('quit'):.2f} s  (target <= 2 s)")
-    print(f"longest stall while a silent server is asked: {median('stall') * 1000:.0f} ms "
-          "(target <= 50 ms)")
+            loop.run_until_complete(bench.run(rounds))
+    bench.report(rounds, own)
     return 0
+
+
+def _server_cpu() -> set[int] | None:
+    """The last CPU, kept for the server alone; None where there is only one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    own = {cpus[-1]} if len(cpus) > 1 else None
+    if own:
+        os.sched_setaffinity(0, set(cpus) - own)
+    return own
+
+
+@dataclass
+class Bench:
+    """The window chatting with a model on the server, and what the rounds measured."""
+
+    window: Any
+    loop: Any
+    server: Any
+    model: str  # the model's file, as the server names it
+    remote: Path  # the same model, as the window names it
+    figures: dict[str, list[float]] = field(default_factory=lambda: {k: [] for k in (
+        "bare_ttft", "bare_rate", "ttft", "rate", "stop", "quit", "stall")})
+
+    async def reply(self, text: str, stop_after: int = 0) -> tuple[object, float]:
+        controller = self.window.controller
+        assert controller is not None and self.window.chat is not None
+        finished: asyncio.Future[object] = self.loop.create_future()
+        stopped_at = [0.0]
+        stopping: list[asyncio.Task[None]] = []  # held until the reply ends
+
+        async def stop_when_shown(pieces: Pieces) -> None:
+            # The window is woken only when it waits, not for each piece: count them
+            # where they are written, as the user would see them come.
+            while pieces.mark().answer < stop_after and not pieces.ended:
+                await asyncio.sleep(0.002)
+            stopped_at[0] = time.monotonic()
+            controller.stop()
+
+        def started(_name: str, stream: PieceStream) -> None:
+            if stop_after:
+                stopping.append(self.loop.create_task(stop_when_shown(stream.pieces)))
+
+        def done(_text: str, stats: object) -> None:
+            if not finished.done():
+                finished.set_result(stats)
+
+        controller.reply_started.connect(started)
+        controller.reply_finished.connect(done)
+        self.window.composer_bar.send_requested.emit(text)
+        stats = await finished
+        controller.reply_started.disconnect(started)
+        controller.reply_finished.disconnect(done)
+        return stats, time.monotonic() - stopped_at[0]
+
+    async def run(self, rounds: int) -> None:
+        await self.load_remote()
+        for _ in range(rounds):
+            await self.long_reply()
+            for _pair in range(FIRST_PIECE_PAIRS):
+                await self.first_piece_pair()
+        await self.silent_server()
+        await self.quit_mid_reply()
+
+    async def load_remote(self) -> None:
+        window = self.window
+        window.start()
+        while window.chat is None or window.chat.models.loading or \
+                window.picker.list_model.row_of(self.remote) < 0:
+            await asyncio.sleep(0.05)
+        window.chat.models.load(self.remote)
+        while window.controller.core.model is None or \
+                window.controller.core.model.path != self.remote:
+            await asyncio.sleep(0.05)
+
+    async def long_reply(self) -> None:
+        ttft, rate, _n = await self.loop.run_in_executor(None, bare_client, self.server.url,
+                                                         self.model)
+        self.figures["bare_ttft"].append(ttft)
+        self.figures["bare_rate"].append(rate)
+        await self.window.controller.new_chat()
+        stats, _ = await self.reply(STORY)
+        self.figures["ttft"].append(stats.ttft_s)  # type: ignore[attr-defined]
+        self.figures["rate"].append(stats.tokens_per_s)  # type: ignore[attr-defined]
+
+    async def first_piece_pair(self) -> None:
+        ttft, _rate, _n = await self.loop.run_in_executor(
+            None, bare_client, self.server.url, self.model, STOP_AFTER)
+        self.figures["bare_ttft"].append(ttft)
+        await self.window.controller.new_chat()
+        stats, stop_s = await self.reply(STORY, stop_after=STOP_AFTER)
+        self.figures["ttft"].append(stats.ttft_s)  # type: ignore[attr-defined]
+        self.figures["stop"].append(stop_s)
+
+    async def silent_server(self) -> None:
+        """A server that is connected but silent, asked for its models."""
+        from tests.heartbeat import INTERVAL_S, Heartbeat
+
+        os.kill(self.server.process.pid, signal.SIGSTOP)
+        heartbeat = Heartbeat()
+        heartbeat.start()
+        task = self.window.chat.models.ask_servers()
+        if task is not None:
+            await task
+        gap = heartbeat.stop()
+        os.kill(self.server.process.pid, signal.SIGCONT)
+        self.figures["stall"].append(gap - INTERVAL_S)
+
+    async def quit_mid_reply(self) -> None:
+        window = self.window
+        window.composer_bar.send_requested.emit(STORY)
+        await asyncio.sleep(2.0)  # mid-reply
+        closing = time.monotonic()
+        window.close()
+        while not window.is_shut_down:
+            await asyncio.sleep(0.01)
+        self.figures["quit"].append(time.monotonic() - closing)
+
+    def median(self, name: str) -> float:
+        return statistics.median(self.figures[name])
+
+    def report(self, rounds: int, own: set[int] | None) -> None:
+        median = self.median
+        print(f"{rounds} rounds, SmolLM2 on llama-cpp-python's server on loopback, "
+              f"on CPU {own or 'shared'}; the client and the window on the others")
+        print(f"throughput  window {median('rate'):6.1f} tok/s  bare client "
+              f"{median('bare_rate'):6.1f} tok/s  ratio "
+              f"{median('rate') / median('bare_rate'):.3f}  (target >= 0.95)")
+        print(f"first piece window {median('ttft') * 1000:6.0f} ms    bare client "
+              f"{median('bare_ttft') * 1000:6.0f} ms     ratio "
+              f"{median('ttft') / median('bare_ttft'):.3f}  (target <= 1.1)")
+        print(f"stop -> finished  median {median('stop') * 1000:.0f} ms  worst "
+              f"{max(self.figures['stop']) * 1000:.0f} ms  (target <= 200 ms)")
+        print(f"quit mid-reply    {median('quit'):.2f} s  (target <= 2 s)")
+        print(f"longest stall while a silent server is asked: {median('stall') * 1000:.0f} ms "
+              "(target <= 50 ms)")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import os
 import statistics
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -47,75 +48,124 @@ def main(rounds: int) -> int:
     app = QCoreApplication([])
     prefs = settings.load().settings
     prefs.temperature, prefs.seed, prefs.max_tokens, prefs.context_size = 0.0, 1, 8, 4096
-    core = Fireside.open(prefs=prefs)
+    bench = Bench(app, prefs, Fireside.open(prefs=prefs))
     models = [bundled.default_model_path(), bundled.bundled_dir() / bundled.GEMMA_FILE]
     print(f"{rounds} rounds; conversations of about {TARGET_TOKENS:,} tokens")
     try:
         for model in models:
             assert model is not None
             other = next(m for m in models if m != model)
-            core.load(model).result()
+            bench.core.load(model).result()
             figures: dict[str, list[float]] = {key: [] for key in (
                 "restored", "full", "switch", "restart", "stall", "stall_none")}
             for _ in range(rounds):
-                states = core.engine.local.states  # the engine's own cache
-                core.engine.clear_states().result()
-                core.new_chat().result()
-                stats = None
-                n = 0
-                while stats is None or stats.prompt_tokens < TARGET_TOKENS:
-                    n += 1
-                    stats = send(core, f"Note {n}: {PARAGRAPH}Say OK.")
-                conversation = core.conversation_id
-                assert conversation is not None
-                figures["stall"].append(leave_and_answer(app, core))
-                size = states.used / len(states)
-                assert states.disk is not None and states.disk.flush()
-                disk_size = states.disk.used / len(states.disk)
-                core.open_conversation(conversation).result()
-                back = again(core)
-                figures["restored"].append(back.ttft_s)
-                core.load(other).result()
-                core.load(model).result()
-                switched = again(core)
-                figures["switch"].append(switched.ttft_s)
-                core.close()  # quitting keeps it on disk
-                core = Fireside.open(prefs=prefs)
-                core.load(model).result()
-                core.open_conversation(conversation).result()
-                restarted = again(core)
-                figures["restart"].append(restarted.ttft_s)
-                keep = core.engine.local._keep_sequence  # the reference keeps nothing
-                core.engine.local._keep_sequence = lambda: None
-                figures["stall_none"].append(leave_and_answer(app, core))
-                core.engine.local._keep_sequence = keep
-                core.open_conversation(conversation).result()
-                core.new_chat().result()
-                core.engine.clear_states().result()
-                core.open_conversation(conversation).result()
-                full = again(core)
-                figures["full"].append(full.ttft_s)
-                assert back.restored_tokens and switched.restored_tokens \
-                    and restarted.restored_tokens and not full.restored_tokens
-            median = {key: statistics.median(values) for key, values in figures.items()}
-            full_s = median["full"]
-            name = core.model.name if core.model else model.name
-            print(f"{name}: {full.prompt_tokens:,}-token prompt, state "
-                  f"{size / full.prompt_tokens * 1000 / 2**20:.1f} MiB per 1,000 tokens in "
-                  f"memory, {disk_size / full.prompt_tokens * 1000 / 2**20:.1f} MiB on disk")
-            for key, label, target in (("restored", "reopen ", "0.15"),
-                                       ("switch", "switch ", "0.2"),
-                                       ("restart", "restart", "0.2")):
-                print(f"  {label} restored {median[key] * 1000:6.0f} ms  full "
-                      f"{full_s * 1000:6.0f} ms  ratio {median[key] / full_s:.3f}  "
-                      f"(target <= {target})")
-            print(f"  leaving: main thread's longest wait {median['stall'] * 1000:.0f} ms, "
-                  f"{median['stall_none'] * 1000:.0f} ms with nothing kept: "
-                  f"{(median['stall'] - median['stall_none']) * 1000:+.0f} ms "
-                  "(target <= +20 ms, <= 50 ms)")
+                size, disk_size, full = bench.one_round(model, other, figures)
+            name = bench.core.model.name if bench.core.model else model.name
+            report(name, figures, size, disk_size, full)
     finally:
-        core.close()
+        bench.core.close()
     return 0
+
+
+@dataclass
+class Bench:
+    """The core under test; a restart puts a new one in its place."""
+
+    app: Any
+    prefs: Any
+    core: Any
+
+    def one_round(self, model: Path, other: Path,
+                  figures: dict[str, list[float]]) -> tuple[float, float, Any]:
+        """Each way back to a long conversation, and the reference read in full; the
+        state's size in memory and on disk, and the reference's stats."""
+        states = self.core.engine.local.states  # the engine's own cache
+        conversation = self.long_conversation()
+        figures["stall"].append(leave_and_answer(self.app, self.core))
+        size = states.used / len(states)
+        assert states.disk is not None and states.disk.flush()
+        disk_size = states.disk.used / len(states.disk)
+        back = self.reopened(conversation)
+        figures["restored"].append(back.ttft_s)
+        switched = self.switched_back(model, other)
+        figures["switch"].append(switched.ttft_s)
+        restarted = self.restarted(model, conversation)
+        figures["restart"].append(restarted.ttft_s)
+        figures["stall_none"].append(self.leave_keeping_nothing())
+        full = self.read_in_full(conversation)
+        figures["full"].append(full.ttft_s)
+        assert back.restored_tokens and switched.restored_tokens \
+            and restarted.restored_tokens and not full.restored_tokens
+        return size, disk_size, full
+
+    def long_conversation(self) -> int:
+        """A new conversation of some TARGET_TOKENS tokens, with nothing kept before it."""
+        core = self.core
+        core.engine.clear_states().result()
+        core.new_chat().result()
+        stats = None
+        n = 0
+        while stats is None or stats.prompt_tokens < TARGET_TOKENS:
+            n += 1
+            stats = send(core, f"Note {n}: {PARAGRAPH}Say OK.")
+        conversation = core.conversation_id
+        assert conversation is not None
+        return conversation
+
+    def reopened(self, conversation: int) -> Any:
+        self.core.open_conversation(conversation).result()
+        return again(self.core)
+
+    def switched_back(self, model: Path, other: Path) -> Any:
+        self.core.load(other).result()
+        self.core.load(model).result()
+        return again(self.core)
+
+    def restarted(self, model: Path, conversation: int) -> Any:
+        from app.core.fireside import Fireside
+
+        self.core.close()  # quitting keeps it on disk
+        self.core = Fireside.open(prefs=self.prefs)
+        self.core.load(model).result()
+        self.core.open_conversation(conversation).result()
+        return again(self.core)
+
+    def leave_keeping_nothing(self) -> float:
+        """leave_and_answer with nothing kept: the reference for its wait."""
+        local = self.core.engine.local
+        keep = local._keep_sequence
+        local._keep_sequence = lambda: None
+        gap = leave_and_answer(self.app, self.core)
+        local._keep_sequence = keep
+        return gap
+
+    def read_in_full(self, conversation: int) -> Any:
+        """The conversation again with every state dropped: the history read in full."""
+        core = self.core
+        core.open_conversation(conversation).result()
+        core.new_chat().result()
+        core.engine.clear_states().result()
+        core.open_conversation(conversation).result()
+        return again(core)
+
+
+def report(name: str, figures: dict[str, list[float]], size: float, disk_size: float,
+           full: Any) -> None:
+    median = {key: statistics.median(values) for key, values in figures.items()}
+    full_s = median["full"]
+    print(f"{name}: {full.prompt_tokens:,}-token prompt, state "
+          f"{size / full.prompt_tokens * 1000 / 2**20:.1f} MiB per 1,000 tokens in "
+          f"memory, {disk_size / full.prompt_tokens * 1000 / 2**20:.1f} MiB on disk")
+    for key, label, target in (("restored", "reopen ", "0.15"),
+                               ("switch", "switch ", "0.2"),
+                               ("restart", "restart", "0.2")):
+        print(f"  {label} restored {median[key] * 1000:6.0f} ms  full "
+              f"{full_s * 1000:6.0f} ms  ratio {median[key] / full_s:.3f}  "
+              f"(target <= {target})")
+    print(f"  leaving: main thread's longest wait {median['stall'] * 1000:.0f} ms, "
+          f"{median['stall_none'] * 1000:.0f} ms with nothing kept: "
+          f"{(median['stall'] - median['stall_none']) * 1000:+.0f} ms "
+          "(target <= +20 ms, <= 50 ms)")
 
 
 def leave_and_answer(app: Any, core: Any) -> float:

@@ -104,13 +104,30 @@ def read_request(body: Any) -> CompletionRequest:
     """The request in ``body`` (parsed JSON), or ApiError(400) saying what is wrong."""
     if not isinstance(body, Mapping):
         raise ApiError(400, "The request body must be a JSON object.")
+    # Fields are checked in this order so that a request with several faults is always
+    # told of the same one first.
+    _refuse_unsupported(body)
+    model = body.get("model", "")
+    if not isinstance(model, str):
+        raise ApiError(400, "'model' must be a string.", param="model")
+    stream, include_usage = _streaming(body)
+    sampling = _sampling(body)
+    use = _tool_use(body)
+    effort = _thinking(body)
+    return CompletionRequest(model, _messages(body.get("messages")), sampling,
+                             _stops(body.get("stop")), stream, include_usage, effort, use)
+
+
+def _refuse_unsupported(body: Mapping[str, Any]) -> None:
+    """A field OpenAI honours and Fireside cannot is refused, not quietly ignored."""
     for name, harmless in HARMLESS.items():
         if body.get(name, harmless) not in (harmless, None):
             raise ApiError(400, f"'{name}' is not supported by Fireside's server: leave it "
                            "out.", param=name, code="unsupported_parameter")
-    model = body.get("model", "")
-    if not isinstance(model, str):
-        raise ApiError(400, "'model' must be a string.", param="model")
+
+
+def _streaming(body: Mapping[str, Any]) -> tuple[bool, bool]:
+    """``stream``, and ``stream_options.include_usage``, which only a stream may ask for."""
     stream = _typed(body, "stream", bool, False)
     options = body.get("stream_options")
     if options is not None and not stream:
@@ -118,7 +135,11 @@ def read_request(body: Any) -> CompletionRequest:
                        param="stream_options")
     if options is not None and not isinstance(options, Mapping):
         raise ApiError(400, "'stream_options' must be an object.", param="stream_options")
-    include_usage = _typed(options or {}, "include_usage", bool, False)
+    return stream, _typed(options or {}, "include_usage", bool, False)
+
+
+def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
+    """The Sampling fields the request sets; those it leaves out stay the model's."""
     sampling: dict[str, Any] = {}
     for name, low, high in (("temperature", 0.0, 2.0), ("top_p", 0.0, 1.0)):
         value = _number(body, name)
@@ -136,14 +157,16 @@ def read_request(body: Any) -> CompletionRequest:
     seed = _typed(body, "seed", int, None)
     if seed is not None:
         sampling["seed"] = seed
-    use = _tool_use(body)
-    effort = _typed(body, "reasoning_effort", str, "on")
+    return sampling
+
+
+def _thinking(body: Mapping[str, Any]) -> str:
+    """``reasoning_effort`` as one of thinking.THINKING_CHOICES."""
+    effort: str = _typed(body, "reasoning_effort", str, "on")
     if effort not in ("on", "none", "minimal", "low", "medium", "high"):
         raise ApiError(400, "'reasoning_effort' must be none, minimal, low, medium or high.",
                        param="reasoning_effort")
-    return CompletionRequest(model, _messages(body.get("messages")), sampling,
-                             _stops(body.get("stop")), stream, include_usage,
-                             {"none": "off", "minimal": "low"}.get(effort, effort), use)
+    return {"none": "off", "minimal": "low"}.get(effort, effort)
 
 
 def _refuse_control_tokens(session: Session, strings: list[str]) -> None:

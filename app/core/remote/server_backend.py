@@ -95,87 +95,32 @@ class RemoteBackend(OneThreadBackend):
         """A server keeps nothing of ours between requests."""
 
     def _generate(self, handle: ReplyHandle, build: PromptBuilder, sampling: Sampling) -> Reply:
-        import openai  # noqa: PLC0415
-
         model = self._loaded
         if model is None:
             raise NoModelLoaded()
         plan = plan_prompt(build, _Estimate(model))
         server, model_id = self._locate(model.path)
-        fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
-                                  "max_tokens": sampling.max_tokens}
-        if sampling.seed is not None:
-            fields["seed"] = sampling.seed
         started = time.monotonic()
-        try:
-            stream = self._client.chat.completions.create(
-                model=model_id, messages=list(plan.messages), stream=True,
-                stream_options={"include_usage": True}, **fields)
-        except openai.OpenAIError as err:
-            raise EngineError(servers.explain(err, server)) from err
-        chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
-        threading.Thread(target=_pump, args=(stream, chunks), daemon=True,
-                         name="fireside-remote-stream").start()
+        stream = self._open_stream(server, model_id, plan.messages, sampling)
+        chunks = _start_reader(stream)
         # A thought inline at the start is told apart too; the request's stop strings
         # end the reply here, as they do on the local engine.
-        out = ReplyText(handle.pieces, stops=sampling.stop)
-        pieces = 0
-        first: float | None = None
-        finish: FinishReason = "stop"
-        usage: Any = None
-        problem = ""
-        while True:
-            if handle.stop_requested:
-                finish = "stopped"
-                stream.close()  # the server stops generating when its client goes
-                break
-            try:
-                chunk = chunks.get(timeout=STOP_POLL_S)
-            except queue.Empty:
-                continue
-            if chunk is _END:
-                break
-            if isinstance(chunk, Exception):
-                if not pieces and first is None:
-                    raise EngineError(_explain(chunk, server)) from chunk
-                finish, problem = "cut", _explain(chunk, server)
-                break
-            usage = getattr(chunk, "usage", None) or usage
-            for choice in getattr(chunk, "choices", None) or ():
-                # llama-server, vLLM and DeepSeek send thinking as reasoning_content,
-                # Ollama and OpenRouter as reasoning.
-                thought = getattr(choice.delta, "reasoning_content", None) \
-                    or getattr(choice.delta, "reasoning", None)
-                text = getattr(choice.delta, "content", None)
-                for kind, piece in ((True, thought), (False, text)):
-                    if not isinstance(piece, str) or not piece:
-                        continue
-                    if first is None:
-                        first = time.monotonic()
-                    pieces += 1
-                    if kind:
-                        out.add_thinking(piece, tokens=1)
-                    else:
-                        out.add(piece)
-                if choice.finish_reason == "length":
-                    finish = "length"
-            if out.stopped:
-                stream.close()
-                break
+        reply = _Streamed(ReplyText(handle.pieces, stops=sampling.stop), started)
+        _read_stream(handle, stream, chunks, reply, server)
         ended = time.monotonic()
-        answer, thought = out.finish()
-        tokens = getattr(usage, "completion_tokens", None) or pieces
-        details = getattr(usage, "prompt_tokens_details", None)
-        decode_s = ended - first if first is not None else 0.0
-        stats = ReplyStats(
-            prompt_tokens=getattr(usage, "prompt_tokens", None) or 0,  # 0: not said
-            cached_tokens=getattr(details, "cached_tokens", None) or 0,
-            tokens=tokens if pieces else 0,
-            ttft_s=(first - started) if first is not None else 0.0,
-            tokens_per_s=(tokens - 1) / decode_s if decode_s > 0 and tokens > 1 else 0.0,
-            finish_reason=finish, dropped_turns=plan.dropped_turns, model=model.name,
-            problem=problem, thinking_tokens=out.thinking_tokens, thinking_s=out.thinking_s)
-        return Reply(answer, stats, thought)
+        answer, thought = reply.text.finish()
+        return Reply(answer, reply.stats(ended, plan.dropped_turns, model.name), thought)
+
+    def _open_stream(self, server: Server, model_id: str, messages: Sequence[dict[str, str]],
+                     sampling: Sampling) -> Any:
+        import openai  # noqa: PLC0415
+
+        try:
+            return self._client.chat.completions.create(
+                model=model_id, messages=list(messages), stream=True,
+                stream_options={"include_usage": True}, **_request_fields(sampling))
+        except openai.OpenAIError as err:
+            raise EngineError(servers.explain(err, server)) from err
 
     def _unload(self) -> None:
         self._close_client()
@@ -206,6 +151,106 @@ class RemoteBackend(OneThreadBackend):
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+def _request_fields(sampling: Sampling) -> dict[str, Any]:
+    """The sampling the OpenAI API has fields for; a seed only when one is set."""
+    fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
+                              "max_tokens": sampling.max_tokens}
+    if sampling.seed is not None:
+        fields["seed"] = sampling.seed
+    return fields
+
+
+class _Streamed:
+    """What a streamed reply has brought so far, and how it ended."""
+
+    def __init__(self, text: ReplyText, started: float) -> None:
+        self.text = text
+        self.started = started
+        self.pieces = 0
+        self.first: float | None = None  # when the first piece came
+        self.finish: FinishReason = "stop"
+        self.usage: Any = None
+        self.problem = ""
+
+    def take(self, chunk: Any) -> None:
+        """One chunk of the stream: its pieces of thought and text, its usage."""
+        self.usage = getattr(chunk, "usage", None) or self.usage
+        for choice in getattr(chunk, "choices", None) or ():
+            # llama-server, vLLM and DeepSeek send thinking as reasoning_content,
+            # Ollama and OpenRouter as reasoning.
+            thought = getattr(choice.delta, "reasoning_content", None) \
+                or getattr(choice.delta, "reasoning", None)
+            self._add(thought, thinking=True)
+            self._add(getattr(choice.delta, "content", None), thinking=False)
+            if choice.finish_reason == "length":
+                self.finish = "length"
+
+    def _add(self, piece: Any, *, thinking: bool) -> None:
+        if not isinstance(piece, str) or not piece:
+            return
+        if self.first is None:
+            self.first = time.monotonic()
+        self.pieces += 1
+        if thinking:
+            self.text.add_thinking(piece, tokens=1)
+        else:
+            self.text.add(piece)
+
+    def broke(self, err: Exception, server: Server) -> None:
+        """A stream that broke before its first piece is an error; after it, what came
+        is kept, marked cut."""
+        if not self.pieces and self.first is None:
+            raise EngineError(_explain(err, server)) from err
+        self.finish, self.problem = "cut", _explain(err, server)
+
+    def stats(self, ended: float, dropped_turns: int, model_name: str) -> ReplyStats:
+        usage = self.usage
+        tokens = getattr(usage, "completion_tokens", None) or self.pieces
+        details = getattr(usage, "prompt_tokens_details", None)
+        first = self.first
+        decode_s = ended - first if first is not None else 0.0
+        return ReplyStats(
+            prompt_tokens=getattr(usage, "prompt_tokens", None) or 0,  # 0: not said
+            cached_tokens=getattr(details, "cached_tokens", None) or 0,
+            tokens=tokens if self.pieces else 0,
+            ttft_s=(first - self.started) if first is not None else 0.0,
+            tokens_per_s=(tokens - 1) / decode_s if decode_s > 0 and tokens > 1 else 0.0,
+            finish_reason=self.finish, dropped_turns=dropped_turns, model=model_name,
+            problem=self.problem, thinking_tokens=self.text.thinking_tokens,
+            thinking_s=self.text.thinking_s)
+
+
+def _read_stream(handle: ReplyHandle, stream: Any, chunks: queue.SimpleQueue[Any],
+                 reply: _Streamed, server: Server) -> None:
+    """Take the chunks into ``reply`` until the stream ends, breaks, or is stopped."""
+    while True:
+        if handle.stop_requested:
+            reply.finish = "stopped"
+            stream.close()  # the server stops generating when its client goes
+            return
+        try:
+            # Waits a little at a time, so that a stop is seen while the server is silent.
+            chunk = chunks.get(timeout=STOP_POLL_S)
+        except queue.Empty:
+            continue
+        if chunk is _END:
+            return
+        if isinstance(chunk, Exception):
+            reply.broke(chunk, server)
+            return
+        reply.take(chunk)
+        if reply.text.stopped:
+            stream.close()
+            return
+
+
+def _start_reader(stream: Any) -> queue.SimpleQueue[Any]:
+    chunks: queue.SimpleQueue[Any] = queue.SimpleQueue()
+    threading.Thread(target=_pump, args=(stream, chunks), daemon=True,
+                     name="fireside-remote-stream").start()
+    return chunks
 
 
 def _pump(stream: Any, chunks: queue.SimpleQueue[Any]) -> None:

@@ -256,7 +256,20 @@ def _segments(
     """
     extra = extra or {}
     compiled, marker = _compile(template.text)
-    typed: list[str] = []  # each typed text, numbered by its marker
+    placeholders, typed, required = _with_markers(messages, marker)
+    skeleton = _render_text(compiled, template, placeholders, add_generation_prompt, extra)
+    real = _render_text(compiled, template, messages, add_generation_prompt, extra)
+    parts = skeleton.split(marker)  # template text, index, template text, index, ...
+    _check_markers(parts, typed, required)
+    return _merged(_split_real(real, parts, typed))
+
+
+def _with_markers(
+    messages: list[_Message], marker: str
+) -> tuple[list[_Message], list[str], set[str]]:
+    """The messages with a numbered marker for each typed text; the texts, in the
+    markers' order; the numbers of those that are a message's content."""
+    typed: list[str] = []
     required: set[str] = set()
     placeholders: list[_Message] = []
     for m in messages:
@@ -273,17 +286,23 @@ def _segments(
                 required.add(str(len(typed)))
             typed.append(text)
         placeholders.append(placeholder)
-    skeleton = _render_text(compiled, template, placeholders, add_generation_prompt, extra)
-    real = _render_text(compiled, template, messages, add_generation_prompt, extra)
+    return placeholders, typed, required
 
-    parts = skeleton.split(marker)  # template text, index, template text, index, ...
+
+def _check_markers(parts: list[str], typed: list[str], required: set[str]) -> None:
+    """Each marker at most once, and every content's: a template that repeats, invents
+    or drops one has rewritten what was typed."""
     found = parts[1::2]
     known = {str(i) for i in range(len(typed))}
     if (len(parts) % 2 != 1 or len(set(found)) != len(found) or not set(found) <= known
             or not required <= set(found)):
         raise TemplateError(_REWRITE_MESSAGE)
 
-    texts = [parts[0]]  # template text and typed text, alternating
+
+def _split_real(real: str, parts: list[str], typed: list[str]) -> list[str]:
+    """The real render cut where the marker render has its markers: template text and
+    typed text, alternating."""
+    texts = [parts[0]]
     if not real.startswith(parts[0]):
         raise TemplateError(_REWRITE_MESSAGE)
     pos = len(parts[0])
@@ -294,7 +313,12 @@ def _segments(
         pos = end + len(following)
     if pos != len(real):
         raise TemplateError(_REWRITE_MESSAGE)
+    return texts
 
+
+def _merged(texts: list[str]) -> list[Segment]:
+    """The alternating texts as segments, empty ones left out and neighbours of one
+    kind joined."""
     segments: list[Segment] = []
     for i, text in enumerate(texts):
         is_content = i % 2 == 1
