@@ -38,7 +38,7 @@ from app.ui.transcript import TranscriptView
 
 if TYPE_CHECKING:
     from app.core.conversations.store import Conversation
-    from app.ui.settings_dialog import SettingsDialog
+    from app.ui.settings.dialog import SettingsDialog
 
 
 class ChatWindow(Protocol):

@@ -20,8 +20,8 @@ from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
 from app.core.conversations.store import Message
 from app.core.reply.replies import ReplyStats, ToolRun
 from app.ui.bridge import PieceStream
-from app.ui.message_column import Entry, MessageColumn
-from app.ui.message_widget import MessageWidget, mix, theme_for
+from app.ui.messages.message_column import Entry, MessageColumn
+from app.ui.messages.message_widget import MessageWidget, mix, theme_for
 
 FRAME_MS = 33  # streamed text is written at most this often (about 30 frames/s)
 EMPTY_TEXT = "Send a message to start the conversation."

@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from app.core.settings import Settings
     from app.ui.chat_controller import ChatController
     from app.ui.chat_pane import ChatPane
-    from app.ui.settings_dialog import SettingsDialog
+    from app.ui.settings.dialog import SettingsDialog
     from app.ui.transcript import TranscriptView
 
 logger = logging.getLogger(__name__)
@@ -309,7 +309,7 @@ class MainWindow(QMainWindow):
 
     def show_settings(self) -> None:
         if self._settings_dialog is None:
-            from app.ui.settings_dialog import SettingsDialog  # noqa: PLC0415 - on first use
+            from app.ui.settings.dialog import SettingsDialog  # noqa: PLC0415 - on first use
 
             dialog = SettingsDialog(self.prefs, self.save_settings, paths.models_dir(), self)
             dialog.theme_changed.connect(self._on_theme_changed)

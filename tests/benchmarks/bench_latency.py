@@ -104,7 +104,7 @@ def time_produced(clock: Clock) -> None:
 def time_written(clock: Clock) -> list[int]:
     """Note on ``clock`` each text the transcript writes into a reply. Returns the count
     of characters written, which each reply sets back to 0."""
-    from app.ui import message_widget
+    from app.ui.messages import message_widget
 
     stream = message_widget.MessageWidget.stream
     written = [0]

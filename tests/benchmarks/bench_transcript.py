@@ -28,8 +28,8 @@ from PySide6.QtWidgets import QApplication, QScrollArea, QWidget
 
 from app.core.conversations.store import Message
 from app.core.reply.pieces import Pieces
-from app.ui import markdown
 from app.ui.bridge import PieceStream
+from app.ui.messages import markdown
 from app.ui.transcript import TranscriptView
 
 SIZE = (1100, 850)

@@ -29,7 +29,7 @@ from PySide6.QtWidgets import QLineEdit, QListView, QPushButton, QSpinBox, QWidg
 from app.core import paths
 from app.ui import notices as notice_bar
 from app.ui.conversation_model import ID_ROLE
-from app.ui.message_column import MessageColumn
+from app.ui.messages.message_column import MessageColumn
 from app.ui.notices import Notice
 from app.ui.window import MainWindow
 from tests.gguf_files import copy_with_metadata

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QListWidget, QWidget
 
-from app.ui.settings_dialog import SettingsDialog
+from app.ui.settings.dialog import SettingsDialog
 
 
 def page_names(dialog: SettingsDialog) -> list[str]:

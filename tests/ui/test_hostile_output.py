@@ -20,8 +20,8 @@ from pytestqt.qtbot import QtBot
 from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ReplyStats
 from app.ui.bridge import PieceStream
-from app.ui.markdown import COPY_CODE_PREFIX
-from app.ui.message_widget import MessageText
+from app.ui.messages.markdown import COPY_CODE_PREFIX
+from app.ui.messages.message_widget import MessageText
 from app.ui.transcript import FRAME_MS, TranscriptView
 from tests.heartbeat import Heartbeat
 from tests.ui.test_transcript import anchor_point, click

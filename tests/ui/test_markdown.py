@@ -12,9 +12,9 @@ from PySide6.QtCore import QUrl
 from PySide6.QtGui import QTextDocument, QTextFormat, QTextTable
 from pytestqt.qtbot import QtBot
 
-from app.ui import markdown
-from app.ui.markdown import BlockSplitter, Theme, render
-from app.ui.message_widget import MessageText
+from app.ui.messages import markdown
+from app.ui.messages.markdown import BlockSplitter, Theme, render
+from app.ui.messages.message_widget import MessageText
 
 LIGHT = Theme()
 DARK = Theme(dark=True, text="#e6e6e6", muted="#9a9aa3", link="#58a6ff",

@@ -27,7 +27,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core import settings
-from app.ui.settings_dialog import SettingsDialog
+from app.ui.settings.dialog import SettingsDialog
 from tests.ui.settings_pages import open_page, page_at, page_names
 
 C = TypeVar("C", bound=QWidget)

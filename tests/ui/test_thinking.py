@@ -9,8 +9,8 @@ from typing import Any
 
 from PySide6.QtCore import Qt
 
-from app.ui.message_widget import MessageWidget
-from app.ui.settings_dialog import SettingsDialog
+from app.ui.messages.message_widget import MessageWidget
+from app.ui.settings.dialog import SettingsDialog
 from tests.ui.conftest import WindowFactory, greedy_settings, new_chat, send
 
 STORY = "Write a long story about a dragon who loves tea."

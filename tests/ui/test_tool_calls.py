@@ -17,7 +17,7 @@ from PySide6.QtWidgets import QPushButton
 from app.core import settings
 from app.core.conversations.chat import ALLOW_ONCE, DENY
 from app.core.reply.replies import ToolCall, ToolRun
-from app.ui.tool_call_view import ToolCallView
+from app.ui.messages.tool_call_view import ToolCallView
 from app.ui.window import MainWindow
 from tests.ui.conftest import REPLY_TIMEOUT_MS, WindowFactory, greedy_settings, type_and_send
 

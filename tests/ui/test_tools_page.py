@@ -16,8 +16,8 @@ from PySide6.QtWidgets import QLabel, QPushButton, QSpinBox
 
 from app.core import settings
 from app.core.tools.toolbox import Toolbox
-from app.ui.settings_dialog import SettingsDialog
-from app.ui.tools_page import ToolsPage
+from app.ui.settings.dialog import SettingsDialog
+from app.ui.settings.tools_page import ToolsPage
 from tests.ui.settings_pages import page_at, page_names
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"

@@ -15,9 +15,9 @@ from pytestqt.qtbot import QtBot
 from app.core.conversations.store import Message, Store
 from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ReplyStats
-from app.ui import live_reply, markdown, message_column
 from app.ui.bridge import PieceStream
-from app.ui.message_widget import MessageText, MessageWidget, theme_for
+from app.ui.messages import live_reply, markdown, message_column
+from app.ui.messages.message_widget import MessageText, MessageWidget, theme_for
 from app.ui.transcript import TranscriptView
 
 _ids = itertools.count(1)

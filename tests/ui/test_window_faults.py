@@ -15,7 +15,7 @@ from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
 from app.ui import application
-from app.ui.message_column import MessageColumn
+from app.ui.messages.message_column import MessageColumn
 from app.ui.notices import Level
 from app.ui.window import MainWindow
 from tests.core import helpers

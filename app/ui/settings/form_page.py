@@ -1,9 +1,11 @@
 """A settings page of labelled rows that stay together at the top, however tall the
-dialog, and the small pieces its rows are made of."""
+dialog."""
 
 from __future__ import annotations
 
-from PySide6.QtWidgets import QFormLayout, QHBoxLayout, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QFormLayout, QPushButton, QVBoxLayout, QWidget
+
+from app.ui.settings.form_parts import push_button
 
 
 class FormPage(QWidget):
@@ -18,19 +20,3 @@ class FormPage(QWidget):
     def button(self, text: str, name: str) -> QPushButton:
         """A button on this page, named for screen readers by its text ("Add…": "Add")."""
         return push_button(text, name, self)
-
-
-def push_button(text: str, name: str, parent: QWidget) -> QPushButton:
-    button = QPushButton(text, parent)
-    button.setObjectName(name)
-    button.setAccessibleName(text.rstrip("…"))
-    return button
-
-
-def left(*widgets: QWidget) -> QHBoxLayout:
-    """A row holding ``widgets`` at their natural width, from the left."""
-    row = QHBoxLayout()
-    for widget in widgets:
-        row.addWidget(widget)
-    row.addStretch(1)
-    return row

@@ -10,7 +10,7 @@ from PySide6.QtGui import QHideEvent, QShowEvent
 from PySide6.QtWidgets import QHBoxLayout, QLabel, QWidget
 
 from app.core.backend import KeptStates
-from app.ui.settings.form_page import push_button
+from app.ui.settings.form_parts import push_button
 
 REFRESH_MS = 1000  # the count changes as the chat keeps states; read it while on screen
 

@@ -15,10 +15,10 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QListWidget, QWidget
 
 from app.core.backend import KeptStates
-from app.ui.form_parts import note
 from app.ui.settings.boxes import TUNING_BOXES, context_box, threads_box
 from app.ui.settings.defaults import Defaults
-from app.ui.settings.form_page import FormPage, left
+from app.ui.settings.form_page import FormPage
+from app.ui.settings.form_parts import button_row, note
 from app.ui.settings.kept_states import KeptStatesRow
 from app.ui.settings.stores import StoreSwitches
 
@@ -58,7 +58,7 @@ class ModelsPage(FormPage):
         open_folder = self.button("Open models folder", "openModelsFolderButton")
         open_folder.clicked.connect(self.open_models_folder_requested)
         self.form.addRow(where)
-        self.form.addRow(left(open_folder))
+        self.form.addRow(button_row(open_folder))
         self.folder_list = QListWidget(self)
         self.folder_list.setObjectName("modelFolderList")
         self.folder_list.setAccessibleName("Model folders")
@@ -69,7 +69,7 @@ class ModelsPage(FormPage):
         remove = self.button("Remove", "removeFolderButton")
         remove.clicked.connect(self._on_remove_clicked)
         self.form.addRow("Model folders", self.folder_list)
-        self.form.addRow("", left(add, remove))
+        self.form.addRow("", button_row(add, remove))
 
     def _add_load_rows(self) -> None:
         """The model loaded at start, and the load options every model has by default."""
@@ -90,7 +90,7 @@ class ModelsPage(FormPage):
         reload_button.clicked.connect(self.reload_requested)
         form.addRow(note("Context size, threads and llama.cpp's switches apply the next time "
                          "a model loads.", self))
-        form.addRow(left(reload_button))
+        form.addRow(button_row(reload_button))
 
     @property
     def saved_states(self) -> QLabel:

@@ -22,8 +22,6 @@ from PySide6.QtWidgets import (
 
 from app.core.reply.templates import BUILTIN_TEMPLATES
 from app.core.settings import MODEL_FIELDS, Settings
-from app.ui.form_parts import note
-from app.ui.hardware_page import gpu_layers_box, gpu_layers_value
 from app.ui.settings.boxes import (
     CLAMPED,
     SAMPLING_BOXES,
@@ -33,7 +31,9 @@ from app.ui.settings.boxes import (
     spin_value,
     threads_box,
 )
-from app.ui.settings.form_page import FormPage, left
+from app.ui.settings.form_page import FormPage
+from app.ui.settings.form_parts import button_row, note
+from app.ui.settings.hardware_page import gpu_layers_box, gpu_layers_value
 
 SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
 SIZE_FIELDS = ("context_size", "kv_cache", "gpu_layers")  # change the memory a model needs
@@ -107,7 +107,7 @@ class ThisModelPage(FormPage):
         reload_button = self.button("Reload model now", "reloadThisModelButton")
         reload_button.clicked.connect(self.reload_requested)
         self.form.addRow(self.model_note)
-        self.form.addRow(left(self.use_defaults, reload_button))
+        self.form.addRow(button_row(self.use_defaults, reload_button))
 
     def set_model(self, path: Path | None, name: str = "") -> None:
         """The loaded model, whose own settings the page edits."""

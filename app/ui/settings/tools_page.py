@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.core.settings import Settings
 from app.core.tools.mcp_tools import McpError, McpServer, read_config
-from app.ui.form_parts import button_row, line_edit, note
+from app.ui.settings.form_parts import button_row, line_edit, note
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
 

@@ -24,7 +24,7 @@ from app.core.llama.devices import Hardware
 from app.core.llama.memory import format_bytes
 from app.core.options import GPU_LAYERS, checked_gpu_layers
 from app.core.settings import Settings
-from app.ui.form_parts import note
+from app.ui.settings.form_parts import note
 
 KIND_NAMES = {"cpu": "CPU", "gpu": "GPU", "igpu": "integrated GPU", "accel": "accelerator"}
 

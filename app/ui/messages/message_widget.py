@@ -19,11 +19,17 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.reply.replies import ReplyStats, ToolRun, describe
-from app.ui.live_reply import LiveReply
-from app.ui.markdown import COPY_CODE_PREFIX, Theme, document_stylesheet, is_safe_link, render
-from app.ui.message_text import MessageText
-from app.ui.thinking_view import ThinkingView
-from app.ui.tool_call_view import ToolCallView
+from app.ui.messages.live_reply import LiveReply
+from app.ui.messages.markdown import (
+    COPY_CODE_PREFIX,
+    Theme,
+    document_stylesheet,
+    is_safe_link,
+    render,
+)
+from app.ui.messages.message_text import MessageText
+from app.ui.messages.thinking_view import ThinkingView
+from app.ui.messages.tool_call_view import ToolCallView
 
 BUBBLE_SHARE = 0.8  # of the column a user's bubble may take
 BUBBLE_PADDING = (14, 10, 6)  # sides, top, bottom (the line height adds below)

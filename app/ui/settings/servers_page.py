@@ -26,7 +26,7 @@ from PySide6.QtWidgets import (
 from app.core.remote import secrets, servers
 from app.core.remote.servers import Listing, Server
 from app.core.settings import Settings
-from app.ui.form_parts import button_row, line_edit, note
+from app.ui.settings.form_parts import button_row, line_edit, note
 
 
 class ServersPage(QWidget):

@@ -25,16 +25,16 @@ from PySide6.QtWidgets import (
 
 from app.core.backend import KeptStates
 from app.core.settings import Settings
-from app.ui.api_page import ApiPage
-from app.ui.hardware_page import HardwarePage
-from app.ui.servers_page import ServersPage
+from app.ui.settings.api_page import ApiPage
 from app.ui.settings.appearance_page import AppearancePage
 from app.ui.settings.defaults import Defaults
+from app.ui.settings.hardware_page import HardwarePage
 from app.ui.settings.models_page import ModelsPage
 from app.ui.settings.page_list import PageList
 from app.ui.settings.replies_page import RepliesPage
+from app.ui.settings.servers_page import ServersPage
 from app.ui.settings.this_model_page import ThisModelPage
-from app.ui.tools_page import ToolsPage
+from app.ui.settings.tools_page import ToolsPage
 
 if TYPE_CHECKING:
     from app.core.models.catalog import ModelEntry

@@ -19,7 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.settings import Settings
-from app.ui.form_parts import note
+from app.ui.settings.form_parts import note
 
 
 class ApiPage(QWidget):

@@ -31,7 +31,7 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.reply.replies import ReplyStats, ToolRun
-from app.ui.message_widget import MessageWidget
+from app.ui.messages.message_widget import MessageWidget
 
 COLUMN_WIDTH = 860  # the widest the column grows: lines stay readable
 MARGINS = (20, 20, 20, 28)  # left, top, right, bottom

@@ -22,10 +22,18 @@ def line_edit(parent: QWidget, name: str, label: str, hint: str) -> QLineEdit:
     return edit
 
 
-def button_row(*buttons: QPushButton) -> QHBoxLayout:
-    """Buttons side by side, from the left."""
+def button_row(*widgets: QWidget) -> QHBoxLayout:
+    """Buttons (or other widgets) side by side at their natural width, from the left."""
     row = QHBoxLayout()
-    for button in buttons:
-        row.addWidget(button)
+    for widget in widgets:
+        row.addWidget(widget)
     row.addStretch(1)
     return row
+
+
+def push_button(text: str, name: str, parent: QWidget) -> QPushButton:
+    """A button with its object name, named for screen readers by its text ("Add…": "Add")."""
+    button = QPushButton(text, parent)
+    button.setObjectName(name)
+    button.setAccessibleName(text.rstrip("…"))
+    return button

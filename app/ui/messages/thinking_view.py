@@ -14,7 +14,7 @@ from PySide6.QtGui import QKeyEvent
 from PySide6.QtWidgets import QToolButton, QVBoxLayout, QWidget
 
 from app.core.reply.replies import ReplyStats, thought_for
-from app.ui.message_text import MessageText
+from app.ui.messages.message_text import MessageText
 
 THINKING = "Thinking…"
 

@@ -16,7 +16,7 @@ from PySide6.QtGui import (
     QTextDocument,
 )
 
-from app.ui.markdown import CODE_DISPLAY_LIMIT, LINE_HEIGHT, BlockSplitter, Theme, render
+from app.ui.messages.markdown import CODE_DISPLAY_LIMIT, LINE_HEIGHT, BlockSplitter, Theme, render
 
 # The unfinished block is shown up to as many characters as its rendering shows of a
 # code block, so that completing it replaces little: not a whole 1 MB block.
