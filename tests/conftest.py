@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from tests.reference import Reference
 
 
-# The fixtures that hand a test a bundled model (or llama.cpp's own answers on one):
-# whatever needs one of them, directly or through other fixtures, needs the model files.
-MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "thinking_model_path", "reference"})
+# The fixtures that hand a test a bundled model (or llama.cpp's own answers on one, or a
+# real window that loads one): whatever needs one of them, directly or through other
+# fixtures, needs the model files.
+MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "thinking_model_path", "reference",
+                            "open_window"})
 # Tests under these markers run llama.cpp on the bundled models by definition.
 MODEL_MARKERS = ("native", "gpu")
 

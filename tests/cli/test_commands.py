@@ -30,6 +30,7 @@ def events(stdout: str) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stdout.splitlines()]
 
 
+@pytest.mark.model  # the bundled model, found as the app finds it
 def test_models_lists_the_bundled_models() -> None:
     result = fireside("models", "--json")
     assert result.returncode == 0, result.stderr

@@ -293,6 +293,7 @@ def test_chosen_thread_count(smol_engine: Engine) -> None:
     assert smol_engine.loaded is not None
 
 
+@pytest.mark.model  # the engines on the bundled models, named by the parameter
 @pytest.mark.parametrize("model", ["smollm2", "gemma"])
 def test_utf8_split_across_tokens_comes_out_whole(model: str, request: pytest.FixtureRequest,
                                                    engine: Engine) -> None:

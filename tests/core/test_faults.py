@@ -92,6 +92,7 @@ def test_a_chat_begun_on_a_full_disk_is_saved_when_space_returns(
     assert _texts(chat.store.path, conversation.id) == ["Name a fruit.", result.reply.text]
 
 
+@pytest.mark.model  # the bundled model, found as the app finds it
 def test_the_terminal_answers_on_a_full_disk_and_says_it_was_not_saved(
         data_on_small_disk: Path) -> None:
     args = ("chat", "--json", "--temperature", "0", "--max-tokens", "16")
@@ -114,6 +115,7 @@ def test_the_terminal_answers_on_a_full_disk_and_says_it_was_not_saved(
 # Damaged files ------------------------------------------------------------------------
 
 
+@pytest.mark.model  # the bundled model, found as the app finds it
 @pytest.mark.parametrize("damage", ["not a database", "a damaged page"])
 def test_a_damaged_database_is_set_aside_and_a_new_one_started(damage: str) -> None:
     path = paths.database_path()

@@ -231,6 +231,7 @@ def test_the_library_finds_the_bundled_models(core: Fireside, smollm2_path: Path
         core.library.choose("no-such-model")
 
 
+@pytest.mark.model  # the bundled model, found as the app finds it
 def test_the_face_in_the_readme_runs(tmp_path: Path) -> None:
     """The README's whole face, run as a user would, on the real bundled model."""
     readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")

@@ -50,6 +50,7 @@ def saved_reply() -> tuple[str, dict[str, object] | None] | None:
     return row[0], json.loads(row[1]) if row[1] else None
 
 
+@pytest.mark.model  # the bundled model, found as the app finds it
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_closing_signal_mid_reply_saves_it_and_exits_promptly(
         signum: signal.Signals, tmp_path: Path) -> None:
