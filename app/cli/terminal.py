@@ -374,12 +374,12 @@ class _TerminalChat:
         except (EngineError, StoreError) as err:
             self.out.error(str(err))
             return
-        writer = threading.Thread(target=self._write, args=(turn.pieces,),
+        writer = threading.Thread(target=self._show, args=(turn.pieces,),
                                   name="fireside-terminal-writer", daemon=True)
         writer.start()
         self._finish(turn, writer)
 
-    def _write(self, pieces: Pieces) -> None:
+    def _show(self, pieces: Pieces) -> None:
         """The reply's text as it comes, on a thread of its own: a slow reader (a pipe
         into a slow program) takes larger batches and never slows the model."""
         for taken in pieces:

@@ -58,10 +58,6 @@ class _MarkerTokens:
         return cls(tuple(closing), frozenset(shown))
 
 
-class _Stopped(Exception):
-    pass
-
-
 class ReplyLoop:
     """The decoding of one reply of ``model`` to ``plan``, written into ``pieces``."""
 
@@ -97,11 +93,7 @@ class ReplyLoop:
         self._produced = 0
         self._first_at = self._last_at = time.perf_counter()
         try:
-            if stopping():
-                raise _Stopped
-            finish = self._decode(stopping, first_token)
-        except _Stopped:
-            finish = "stopped"
+            finish = "stopped" if stopping() else self._decode(stopping, first_token)
         except RuntimeError:
             # llama_decode returns 2 when the abort callback fired mid-batch.
             if not stopping():
