@@ -56,7 +56,11 @@ class ToolsPage(QWidget):
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(scroll)
-        form = QFormLayout(body)
+        # Rows stay together at the top when the dialog is taller than they are.
+        column = QVBoxLayout(body)
+        form = QFormLayout()
+        column.addLayout(form)
+        column.addStretch(1)
         form.addRow(note("Tools let the model call functions of programs you add here "
                          "(MCP servers). Each call is shown to you and asked about before "
                          "it runs. A local server is a program Fireside starts; a URL is "
