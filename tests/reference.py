@@ -6,12 +6,15 @@ build picks from): where one machine's SmolLM2 says "The capital of France is Pa
 an AVX-512 machine's says "L'Étoile, la Cité, le Poulet (The City of Love) is the
 capital of". So no test asserts what a model says. A test that needs "the model
 answered this prompt" compares Fireside's text with what raw llama-cpp-python answers
-here, with the same build, context, threads and sampling:
+here, with the same build, context, threads, sampling and placement:
 
 - the prompt is rendered by llama-cpp-python's own chat formatter from the model's
   own template (Gemma 3 270M has none: llama-cpp-python's "gemma" format) and
   tokenized by llama-cpp-python;
-- the reply is ``create_completion`` on a fresh sequence, greedy.
+- the reply is ``create_completion`` on a fresh sequence, greedy;
+- its layers go where Fireside's default load puts them here (``gpu_layers``): none on
+  a machine without a GPU, all of a small model on one with a GPU. A GPU's greedy words
+  differ from the CPU's as two CPUs' do.
 
 Equal texts show that Fireside's template, prefix handling, stop handling and
 detokenization change nothing. Compare only replies that Fireside also computed from
@@ -27,10 +30,15 @@ from pathlib import Path
 import llama_cpp
 from llama_cpp import llama_chat_format
 
-from app.core.llama import llama_runtime  # noqa: F401 - llama_runtime routes llama.cpp's log
+from app.core.llama import (
+    devices,
+    llama_runtime,  # noqa: F401 - llama_runtime routes llama.cpp's log
+    offload,
+)
 from app.core.llama.engine import llama_arguments
 from app.core.models import gguf
 from app.core.options import LoadOptions, Sampling, default_context
+from app.core.reply.reply_text import ReplyText
 
 Messages = Sequence[dict[str, str]]
 
@@ -42,32 +50,51 @@ class Reference:
         self._replies: dict[tuple[object, ...], tuple[str, list[int]]] = {}
 
     def reply(self, model: Path, messages: Messages | str, sampling: Sampling,
-              n_ctx: int | None = None) -> str:
-        """The greedy reply to ``messages`` (or one user message) on a fresh sequence."""
-        return self._answer(model, messages, sampling, n_ctx)[0]
+              n_ctx: int | None = None, gpu_layers: int | None = None) -> str:
+        """The greedy reply to ``messages`` (or one user message) on a fresh sequence;
+        ``gpu_layers``: the layers on the GPU (None: as Fireside's default load)."""
+        return self._answer(model, messages, sampling, n_ctx, gpu_layers)[0]
 
     def prompt_tokens(self, model: Path, messages: Messages | str,
                       sampling: Sampling) -> list[int]:
         """The prompt llama-cpp-python's formatter builds for ``messages``."""
-        return self._answer(model, messages, sampling, None)[1]
+        return self._answer(model, messages, sampling, None, None)[1]
 
     def _answer(self, model: Path, messages: Messages | str, sampling: Sampling,
-                n_ctx: int | None) -> tuple[str, list[int]]:
+                n_ctx: int | None, gpu_layers: int | None) -> tuple[str, list[int]]:
         assert sampling.temperature == 0.0, "a reference is only defined for greedy replies"
         turns = [{"role": "user", "content": messages}] if isinstance(messages, str) \
             else [dict(m) for m in messages]
-        key = (model, tuple(tuple(sorted(t.items())) for t in turns), sampling, n_ctx)
+        if gpu_layers is None:
+            gpu_layers = default_gpu_layers(model, n_ctx)
+        key = (model, tuple(tuple(sorted(t.items())) for t in turns), sampling, n_ctx,
+               gpu_layers)
         if key not in self._replies:
-            self._replies[key] = _compute(model, turns, sampling, n_ctx)
+            self._replies[key] = _compute(model, turns, sampling, n_ctx, gpu_layers)
         return self._replies[key]
 
 
+def default_gpu_layers(model: Path, n_ctx: int | None = None) -> int:
+    """The layers Fireside's default load ("auto") puts on a GPU here, the model alone."""
+    hardware = devices.survey()
+    return offload.plan(gguf.read_header(model), LoadOptions(n_ctx=n_ctx), hardware.devices,
+                        hardware.unavailable).gpu_layers
+
+
+def cut_as_a_base_model(raw: str, stops: Sequence[str]) -> str:
+    """What Fireside keeps of a base model's raw continuation ``raw``: the text before
+    its first stop string or repeated line (the rules are tested on their own)."""
+    out = ReplyText(None, stops=stops, stop_on_repeat=True)
+    out.add(raw)
+    return out.finish()[0]
+
+
 def _compute(model: Path, messages: list[dict[str, str]], sampling: Sampling,
-             n_ctx: int | None) -> tuple[str, list[int]]:
+             n_ctx: int | None, gpu_layers: int) -> tuple[str, list[int]]:
     trained = gguf.read_header(model).context_length
-    # The engine's own arguments for a default load (threads, batch, flash attention…).
+    # The engine's own arguments for a load (threads, batch, flash attention, placement).
     llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx or default_context(trained),
-                          **llama_arguments(LoadOptions()), verbose=False)
+                          **llama_arguments(LoadOptions(), gpu_layers), verbose=False)
     try:
         template = llm.metadata.get("tokenizer.chat_template")
         if template:

@@ -167,14 +167,17 @@ def test_a_stored_conversation_goes_on_in_a_later_terminal_chat(smollm2_path: Pa
     assert missing.returncode == 2 and "no conversation with id 999" in missing.stdout
 
 
-@pytest.mark.parametrize("args", [["chat", "--top-p", "2", "hi"], ["chat", "--max-tokens", "0"],
-                                  ["chat", "--model", "no-such-model", "hi"], ["nonsense"],
-                                  ["chat", "--thinking-budget", "-1", "hi"],
-                                  ["chat", "--thinking", "sometimes", "hi"]])
-def test_bad_arguments_exit_non_zero(args: list[str]) -> None:
+@pytest.mark.parametrize(("args", "named"), [
+    (["chat", "--top-p", "2", "hi"], "--top-p must be in (0, 1]"),
+    (["chat", "--max-tokens", "0"], "--max-tokens must be positive"),
+    (["chat", "--model", "no-such-model", "hi"], "No model called 'no-such-model'"),
+    (["nonsense"], "'nonsense'"),
+    (["chat", "--thinking-budget", "-1", "hi"], "--thinking-budget must be 0 or more"),
+    (["chat", "--thinking", "sometimes", "hi"], "invalid choice: 'sometimes'")])
+def test_bad_arguments_exit_non_zero_naming_what_is_wrong(args: list[str], named: str) -> None:
     result = fireside(*args)
     assert result.returncode == 2
-    assert result.stderr.strip() or result.stdout.strip()
+    assert named in result.stderr and not result.stdout, "the error, on stderr alone"
 
 
 def test_a_model_that_cannot_load_at_start_exits_1(tmp_path: Path) -> None:

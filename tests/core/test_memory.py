@@ -22,7 +22,7 @@ from tests.reference import Reference
 ROOT = Path(__file__).resolve().parents[2]
 
 # Fresh process: RSS before, load at a context, a first short reply, RSS after; and the
-# KV cache sizes llama.cpp reports in its log.
+# KV cache sizes llama.cpp reports in its log. On the CPU: the estimate is of RAM.
 MEASURE = """
 import json, logging, re, sys
 import psutil
@@ -39,7 +39,7 @@ logging.getLogger("fireside.llama").addHandler(KvSizes())
 logging.getLogger("fireside.llama").setLevel(logging.INFO)
 engine = Engine()
 before = psutil.Process().memory_info().rss
-engine.load(sys.argv[1], LoadOptions(n_ctx=int(sys.argv[2]))).result(timeout=300)
+engine.load(sys.argv[1], LoadOptions(n_ctx=int(sys.argv[2]), gpu_layers="off")).result(timeout=300)
 ask(engine, user("What is the capital of France?"))
 after = psutil.Process().memory_info().rss
 engine.close()
@@ -70,24 +70,32 @@ def test_estimate_is_within_15_percent_of_a_real_load(
         assert abs(error) < 0.15, (path.name, n_ctx, estimate.total, real["added"])
 
 
-# Fresh process: RSS with SmolLM2 loaded, then after three round trips to Gemma 3 (whose
-# 262k-token vocabulary is far larger) and back.
+# Fresh process, measured as the soak measures: RSS in one fixed state (SmolLM2 loaded,
+# one reply written, garbage collected) after a warm-up (SmolLM2 loaded twice: every
+# one-time cost of a load and a reply paid), then again after three round trips to
+# Gemma 3, whose 262k-token vocabulary is far larger. What grew is what Gemma left
+# behind; the heap trim after each close is the engine's own, not the test's. On the
+# CPU, where the limit below was measured (tests/gpu checks a GPU's memory).
 ROUND_TRIPS = """
-import json, sys
+import gc, json, sys
 import psutil
 from app.core.llama.engine import Engine, LoadOptions
 from tests.core.helpers import ask, user
 
 engine = Engine()
 def load(path):
-    engine.load(path, LoadOptions(n_ctx=2048)).result(timeout=300)
+    engine.load(path, LoadOptions(n_ctx=2048, gpu_layers="off")).result(timeout=300)
     ask(engine, user("Hi"))
+def settled():
+    gc.collect()
+    return psutil.Process().memory_info().rss
 load(sys.argv[1])
-first = psutil.Process().memory_info().rss
+load(sys.argv[1])
+first = settled()
 for _ in range(3):
     load(sys.argv[2])
     load(sys.argv[1])
-print(json.dumps({"first": first, "after": psutil.Process().memory_info().rss}))
+print(json.dumps({"first": first, "after": settled()}))
 engine.close()
 """
 
@@ -98,8 +106,10 @@ def test_switching_models_gives_their_memory_back(smollm2_path: Path, gemma_path
                          capture_output=True, text=True, timeout=600, check=True,
                          env=dict(os.environ, PYTHONPATH=str(ROOT))).stdout
     rss = json.loads(out.strip().splitlines()[-1])
-    # Kept by the heap after closing, it was 85 MB more here (a third of the process).
-    assert rss["after"] - rss["first"] < 20 * 2**20, rss
+    # The same models and context each time, so a round trip allocates the same buffers
+    # on any CPU: growth is what was not given back, not the machine. Measured on an
+    # AVX-512 EPYC: 0.6 MB less with the engine's heap trim, 12.6 MB more without it.
+    assert rss["after"] - rss["first"] < 6 * 2**20, rss
 
 
 def test_sliding_window_layers_are_sized_as_llama_cpp_sizes_them(gemma_path: Path) -> None:

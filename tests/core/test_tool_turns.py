@@ -118,10 +118,9 @@ def test_stop_cancels_a_running_call_and_ends_the_turn(core: Fireside,
     deadline = time.monotonic() + TIMEOUT
     while "hang" not in ran(tmp_path) and time.monotonic() < deadline:
         time.sleep(0.05)
-    stopped_at = time.monotonic()
     core.stop()
+    # hang answers after 600 s: a turn that ends within TIMEOUT was cut short by the stop.
     result = turn.future.result(TIMEOUT)
-    assert time.monotonic() - stopped_at < 5
     assert [r.status for r in person.seen][-1] == "stopped"
     assert calls_of(core.store, result.conversation_id) == [[("hang", "stopped")]], \
         "no reply follows a stopped call"

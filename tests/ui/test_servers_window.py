@@ -120,24 +120,24 @@ def test_a_servers_model_chats_like_a_local_one_and_the_conversation_moves_betwe
 
     with qtbot.waitSignal(window.chat.models.loaded, timeout=REPLY_TIMEOUT_MS):
         choose_model(window.picker, remote)
-    history = saved_messages(conversation or -1)
+    history = saved_messages(conversation)
     bare_client_answer(served, smollm2_path, "One more?", history)
     text, back = send(qtbot, window, "One more?")
     assert back.model.endswith("on box")
     # The whole conversation went to the server, the local model's reply included.
     assert text == bare_client_answer(served, smollm2_path, "One more?", history)
     assert controller.conversation_id == conversation
-    assert [m.role for m in saved_messages(conversation or -1)] == ["user", "assistant"] * 3
+    assert [m.role for m in saved_messages(conversation)] == ["user", "assistant"] * 3
 
     # The last message edited: the server writes its reply again from the new text.
-    before = saved_messages(conversation or -1)[:4]
+    before = saved_messages(conversation)[:4]
     bare_client_answer(served, smollm2_path, "Two more?", before)
     with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS) as edited:
         controller.edit_last("Two more?", conversation)
     answer, stats = edited.args
     assert answer == bare_client_answer(served, smollm2_path, "Two more?", before)
     assert stats.model.endswith("on box")
-    assert [m.text for m in saved_messages(conversation or -1)][4:] == ["Two more?", answer]
+    assert [m.text for m in saved_messages(conversation)][4:] == ["Two more?", answer]
 
 
 def test_a_server_killed_mid_reply_keeps_the_text_and_any_model_goes_on(
@@ -152,7 +152,7 @@ def test_a_server_killed_mid_reply_keeps_the_text_and_any_model_goes_on(
     assert text and stats.finish_reason == "cut" and "box" in stats.problem
     assert "reply so far is kept" in notices.last(Level.ERROR).text
     [(role, saved)] = [(m.role, m.text) for m in
-                       saved_messages(controller.conversation_id or -1)][1:]
+                       saved_messages(controller.conversation_id)][1:]
     assert role == "assistant" and saved == text  # kept, and marked in its stats
 
     # While the server is down, a new message says why its reply could not come.
@@ -165,7 +165,7 @@ def test_a_server_killed_mid_reply_keeps_the_text_and_any_model_goes_on(
         window.chat.regenerate()
     answer, stats = again.args
     assert answer and stats.model.endswith("on box") and stats.finish_reason != "cut"
-    assert [m.text for m in saved_messages(controller.conversation_id or -1)][2:] == [
+    assert [m.text for m in saved_messages(controller.conversation_id)][2:] == [
         "Are you there?", answer]
 
     choose_model(window.picker, smollm2_path)
@@ -255,10 +255,10 @@ def test_stop_and_quit_mid_reply_on_a_server_keep_the_text_so_far(
     text, stats = done.args
     assert stats.finish_reason == "stopped" and 0 < stats.tokens < 600
     conversation = controller.conversation_id
-    assert saved_messages(conversation or -1)[-1].text == text
+    assert saved_messages(conversation)[-1].text == text
 
     long.start()
     window.close()
     qtbot.waitUntil(lambda: window.is_shut_down, timeout=REPLY_TIMEOUT_MS)
-    last = saved_messages(conversation or -1)[-1]
+    last = saved_messages(conversation)[-1]
     assert last.role == "assistant" and last.text and last.reply_stats.stopped

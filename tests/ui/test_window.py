@@ -35,7 +35,9 @@ STORY = "Write a very long, detailed story about a lighthouse keeper and a storm
 MAX_GAP_S = 0.050  # the GUI thread never stalls longer than this
 
 
-def saved_messages(conversation_id: int) -> list[Any]:
+def saved_messages(conversation_id: int | None) -> list[Any]:
+    """The messages stored for a conversation the window has opened."""
+    assert conversation_id is not None, "the window has no conversation open"
     with Store() as store:
         return store.messages(conversation_id)
 
@@ -76,7 +78,7 @@ def test_first_run_loads_the_bundled_model_and_a_reply_streams_in(
     assert final.startswith(seen_mid_reply)
     assert window.composer_bar.send_button.isVisible()
     assert window.composer.text() == ""
-    history = saved_messages(controller.conversation_id or -1)
+    history = saved_messages(controller.conversation_id)
     assert [m.role for m in history] == ["user", "assistant"]
     assert history[1].text == final and history[1].complete
     assert window.sidebar.model.conversation_ids() == [controller.conversation_id]
@@ -98,7 +100,7 @@ def test_escape_stops_a_reply_and_keeps_what_was_written(
     text, stats = done.args
     assert stats.finish_reason == "stopped" and stats.tokens < 2000
     assert text and last_reply_text(window) == text
-    reply = saved_messages(controller.conversation_id or -1)[-1]
+    reply = saved_messages(controller.conversation_id)[-1]
     assert reply.text == text and reply.complete
     assert window.composer_bar.send_button.isVisible()
 
@@ -145,7 +147,7 @@ def test_switching_model_mid_conversation_continues_it(
     _text, stats = send(qtbot, window, "Name another colour.")
     assert stats.model == controller.core.model.name
     assert controller.conversation_id == conversation
-    assert [m.role for m in saved_messages(conversation or -1)] == \
+    assert [m.role for m in saved_messages(conversation)] == \
         ["user", "assistant", "user", "assistant"]
     assert len(window.transcript.message_widgets()) == 4
 
@@ -176,20 +178,20 @@ def test_opening_another_conversation_mid_reply_keeps_each_in_its_place(
     send(qtbot, window, "Hello!")
     window.prefs.max_tokens = 2000  # as the settings dialog sets it: a long reply next
     quiet = controller.conversation_id
-    quiet_before = saved_messages(quiet or -1)
+    quiet_before = saved_messages(quiet)
     new_chat(qtbot, window)
     type_and_send(qtbot, window, STORY)
     qtbot.waitUntil(lambda: len(last_reply_text(window)) > 20, timeout=REPLY_TIMEOUT_MS)
     busy = controller.conversation_id
 
     view = window.sidebar.list
-    view.setCurrentIndex(window.sidebar.model.index(window.sidebar.model.row_of(quiet or -1)))
+    view.setCurrentIndex(window.sidebar.model.index(window.sidebar.model.row_of(quiet)))
     qtbot.waitUntil(lambda: controller.conversation_id == quiet and not controller.streaming,
                     timeout=REPLY_TIMEOUT_MS)
-    interrupted = saved_messages(busy or -1)
+    interrupted = saved_messages(busy)
     assert [m.role for m in interrupted] == ["user", "assistant"]
     assert interrupted[1].complete and interrupted[1].stats["finish_reason"] == "stopped"
-    assert saved_messages(quiet or -1) == quiet_before  # nothing landed here
+    assert saved_messages(quiet) == quiet_before  # nothing landed here
     # The core has opened it; the window shows it once its event loop hears of it.
     qtbot.waitUntil(lambda: [r.markdown() for r in window.transcript.message_widgets()]
                     == [m.text for m in quiet_before], timeout=REPLY_TIMEOUT_MS)
@@ -234,12 +236,12 @@ def test_regenerate_replaces_the_last_reply(open_window: WindowFactory, qtbot: A
     controller = window.controller
     assert controller is not None
     send(qtbot, window, "Tell me a fact about the sea.")
-    before = saved_messages(controller.conversation_id or -1)
+    before = saved_messages(controller.conversation_id)
     button = window.transcript.message_widgets()[-1].regenerate_button
     assert button.isVisible()
     with qtbot.waitSignal(controller.reply_finished, timeout=REPLY_TIMEOUT_MS):
         qtbot.mouseClick(button, Qt.MouseButton.LeftButton)
-    after = saved_messages(controller.conversation_id or -1)
+    after = saved_messages(controller.conversation_id)
     assert [m.role for m in after] == ["user", "assistant"]
     assert after[0].id == before[0].id and after[1].id != before[1].id
     assert len(window.transcript.message_widgets()) == 2
@@ -259,7 +261,7 @@ def test_edit_puts_the_message_back_and_resends_it(
 
     window.composer.clear()
     send(qtbot, window, "What is the capital of Italy?")
-    history = saved_messages(conversation or -1)
+    history = saved_messages(conversation)
     assert (history[0].role, history[0].text) == ("user", "What is the capital of Italy?")
     assert len(history) == 2 and controller.conversation_id == conversation
     assert not window.composer_bar.editing
@@ -271,10 +273,11 @@ def test_an_edit_begun_in_one_conversation_never_lands_in_another(
     controller = window.controller
     assert controller is not None
     send(qtbot, window, "What is the capital of Spain?")
-    first = controller.conversation_id or -1
+    first = controller.conversation_id
+    assert first is not None
     qtbot.keyClick(window.composer, Qt.Key.Key_N, Qt.KeyboardModifier.ControlModifier)
     send(qtbot, window, "What is the capital of Italy?")
-    second = controller.conversation_id or -1
+    second = controller.conversation_id
     qtbot.keyClick(window.composer, Qt.Key.Key_E, Qt.KeyboardModifier.ControlModifier)
     assert window.composer_bar.editing
     # Fast hands: another conversation is clicked and Enter pressed before it has opened.
@@ -297,7 +300,7 @@ def test_rename_with_f2(open_window: WindowFactory, qtbot: Any) -> None:
     view = window.sidebar.list
     view.setFocus()
     view.setCurrentIndex(window.sidebar.model.index(window.sidebar.model.row_of(
-        controller.conversation_id or -1)))
+        controller.conversation_id)))
     qtbot.keyClick(view, Qt.Key.Key_F2)
     editor = view.findChild(QLineEdit)
     assert editor is not None
@@ -306,7 +309,7 @@ def test_rename_with_f2(open_window: WindowFactory, qtbot: Any) -> None:
     qtbot.keyClick(editor, Qt.Key.Key_Return)
     qtbot.waitUntil(lambda: getattr(controller.conversation(), "title", "") == "Greetings")
     assert window.windowTitle() == "Fireside — Greetings"
-    row = window.sidebar.model.row_of(controller.conversation_id or -1)
+    row = window.sidebar.model.row_of(controller.conversation_id)
     assert window.sidebar.model.index(row).data() == "Greetings"
 
 
@@ -386,7 +389,7 @@ def test_a_restart_restores_the_conversations_and_the_open_one(
     send(qtbot, window, "Second conversation")
     second = controller.conversation_id
     window.sidebar.list.setCurrentIndex(window.sidebar.model.index(
-        window.sidebar.model.row_of(first or -1)))  # a click on the first
+        window.sidebar.model.row_of(first)))  # a click on the first
     qtbot.waitUntil(lambda: controller.conversation_id == first)
     close_window(qtbot, window)
 
@@ -413,7 +416,7 @@ def test_closing_mid_reply_saves_the_text_so_far(open_window: WindowFactory,
     qtbot.waitUntil(lambda: window.is_shut_down, timeout=REPLY_TIMEOUT_MS)
     assert not window.isVisible()
     assert controller.core.engine.close(timeout=0), "the inference thread still runs"
-    reply = saved_messages(conversation or -1)[-1]
+    reply = saved_messages(conversation)[-1]
     assert reply.role == "assistant" and reply.complete
     assert reply.text.startswith(last_reply_text(window)[:20])
     assert reply.stats and reply.stats["finish_reason"] == "stopped"
