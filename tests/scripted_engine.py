@@ -54,6 +54,9 @@ class ScriptedEngine(OneThreadBackend):
 
     def __init__(self, piece_delay_s: float = 0.0) -> None:
         self.piece_delay_s = piece_delay_s  # a pause per word: time to stop a reply
+        # Set: after its first word the reply waits for it, deaf to stop (a machine too
+        # busy to end a reply in the time leaving allows).
+        self.stalled: threading.Event | None = None
         # Where the prompt offers tools and allows a call: the calls this reply makes
         # (given the reply's number among those allowed to call), after its words.
         self.calls: Callable[[int], Sequence[ToolCall]] | None = None
@@ -123,6 +126,8 @@ class ScriptedEngine(OneThreadBackend):
             piece = word if i == 0 else f" {word}"
             parts.append(piece)
             handle.pieces.put(piece)
+            if self.stalled is not None:
+                self.stalled.wait()
             if self.piece_delay_s:
                 time.sleep(self.piece_delay_s)
         text = "".join(parts)

@@ -53,3 +53,4 @@ def run_serve(args: argparse.Namespace) -> int:
     finally:
         restore_signal_handlers(previous)
         core.close()
+        core.exit_if_left_running(0)  # only a served reply keeps the model busy

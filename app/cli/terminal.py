@@ -121,10 +121,13 @@ class Output:
 def run_chat(args: argparse.Namespace) -> int:
     out = Output(args.json)
     core = Fireside.open(args.models_dir)
+    status = 1  # an exception on its way out
     try:
-        return _chat(core, args, out)
+        status = _chat(core, args, out)
     finally:
         core.close()
+        core.exit_if_left_running(status)
+    return status
 
 
 def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:

@@ -33,6 +33,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -132,6 +134,7 @@ class Fireside:
         self._loads: set[threading.Event] = set()  # a cancel flag per load not finished
         self._lock = threading.Lock()
         self._closed = threading.Event()
+        self._left_running = False  # closed while the inference thread was still busy
 
     @classmethod
     def open(cls, models_dirs: Sequence[Path] = (), engine: Backend | None = None,
@@ -541,8 +544,11 @@ class Fireside:
             reply.stop()
             with contextlib.suppress(Exception):  # leaving anyway
                 reply.future.result(timeout=EXIT_SAVE_S)
+            if isinstance(reply, ChatTurn):
+                reply.leave()  # kept as stopped, if it has not ended by itself
         if not self.engine.close(timeout=max(EXIT_CLOSE_S, deadline - time.monotonic())):
             logger.warning("the inference thread did not finish in time")
+            self._left_running = True
         error = self.chat.save_unsaved() if self.chat.unsaved else None  # room again?
         if error:
             logger.warning("messages not saved at exit: %s", error)
@@ -551,6 +557,18 @@ class Fireside:
         except StoreError as err:
             logger.warning("deleted conversations not purged: %s", err)
         self.store.close()
+
+    def exit_if_left_running(self, status: int) -> None:
+        """Once closed: end the process now, with ``status``, if the inference thread was
+        still inside llama.cpp when the time to leave ran out. Python's teardown would
+        free what that thread is using (a crash at exit); all else is saved by then."""
+        if not self._left_running:
+            return
+        logging.shutdown()
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(Exception):  # leaving anyway
+                stream.flush()
+        os._exit(status)
 
 
 def _given(**values: Any) -> dict[str, Any]:

@@ -73,14 +73,22 @@ class ChatTurn:
         # Each call's outcome, by name and arguments: a call made again is not run again.
         self.results: dict[tuple[str, str], ToolRun] = {}
         self._handle: ReplyHandle | None = None
+        self._saver: _ReplySaver | None = None
 
     def stop(self) -> None:
         self.stopped.set()
         if self._handle is not None:
             self._handle.stop()
 
-    def _follow(self, handle: ReplyHandle) -> None:
-        self._handle = handle
+    def leave(self) -> None:
+        """Leaving before the turn ended (a busy machine can take longer to stop than
+        leaving allows): its reply's text so far is saved as stopped. Its own end, if it
+        still comes before the store closes, saves over it."""
+        if self._saver is not None and not self.future.done():
+            self._saver.keep_as_stopped()
+
+    def _follow(self, handle: ReplyHandle, saver: _ReplySaver) -> None:
+        self._handle, self._saver = handle, saver
         if self.stopped.is_set():
             handle.stop()
 
@@ -420,7 +428,7 @@ class ChatService:
         handle = self.engine.generate(build, sampling,
                                       conversation_id if conversation_id > 0 else None,
                                       turn.pieces)
-        turn._follow(handle)
+        turn._follow(handle, saver)
         step = _Step(turn, asked, handle, saver, conversation_id, row_id, save_error,
                      calls_made)
         threading.Thread(target=self._finish, args=(step,), name="fireside-reply",
@@ -606,12 +614,17 @@ class _ReplySaver:
 
     def abandon(self) -> None:
         """The reply failed: keep what it wrote, or remove its empty row."""
-        text, thought = self._pieces.text_since(self._mark)
-        if text or thought:
-            self._try(lambda row: self._store.finish_reply(row, text, {"stopped": True},
-                                                           thought))
-        else:
+        if not self.keep_as_stopped():
             self._try(self._store.delete_messages_from)
+
+    def keep_as_stopped(self) -> bool:
+        """Save what the reply wrote so far as a stopped reply; False if it wrote nothing."""
+        text, thought = self._pieces.text_since(self._mark)
+        if not (text or thought):
+            return False
+        stats = {"finish_reason": "stopped", "stopped": True}
+        self._try(lambda row: self._store.finish_reply(row, text, stats, thought))
+        return True
 
     def _try(self, write: Callable[[int], object]) -> bool:
         """Write to the reply's row; False if it has none (held in memory) or the write failed."""
