@@ -32,7 +32,9 @@ class _VersionAction(argparse.Action):
 
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
-        prog="fireside", description="Chat with local GGUF language models, privately.")
+        prog="fireside", description="Chat with local GGUF language models, privately.",
+        epilog="fireside MODEL.gguf opens the window (or the one already open) on that "
+               "model, and adds it to the models.")
     parser.add_argument("--version", action=_VersionAction)
     parser.add_argument("--models-dir", action="append", default=[], type=Path,
                         metavar="DIR", help="an extra folder of GGUF models (repeatable)")
@@ -179,10 +181,42 @@ def _validate(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None
                      f"not {args.gpu_layers!r}")
 
 
+def _model_file(parser: argparse.ArgumentParser, argv: Sequence[str]
+                ) -> tuple[list[str], Path | None]:
+    """``fireside MODEL.gguf`` (what a file manager runs): the command line without the
+    file, and the file. argparse alone would take the file for a command's name."""
+    commands = next(a.choices for a in parser._actions if isinstance(a, _Commands))
+    # What follows an option that takes a value (or the start of one's name) is its value.
+    valued = [name for a in parser._actions if a.nargs != 0 for name in a.option_strings]
+    words = list(argv)
+    at = 0
+    while at < len(words):
+        word = words[at]
+        if len(word) > 2 and any(name.startswith(word) for name in valued):
+            at += 2
+        elif word.startswith("-"):
+            at += 1
+        elif word in commands or not _names_a_file(word):
+            break  # a command, or a mistyped one that argparse will name
+        else:
+            return [*words[:at], *words[at + 1:]], Path(word)
+    return words, None
+
+
+def _names_a_file(word: str) -> bool:
+    return word.lower().endswith(".gguf") or os.sep in word or "/" in word \
+        or os.path.exists(word)
+
+
 def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The command line, read and checked; logging set up for the level it asks for."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    words, model_file = _model_file(parser, sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args(words)
+    args.open = model_file
+    if model_file is not None and args.command is not None:
+        parser.error(f"{model_file} is a model file for the window; the terminal's "
+                     f"commands take one as --model")
     level = args.log_level.upper()
     logging.basicConfig(level=level, stream=sys.stderr,
                         format="%(levelname)s %(name)s: %(message)s")
@@ -225,6 +259,8 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
                  "thinking",
                  "thinking_budget", "conversation"):
         setattr(args, name, None)
+    if args.open is not None:  # the file the window would have opened
+        args.model = str(args.open)
     args.hide_thinking = False
     args.continue_last = False
     args.json = False

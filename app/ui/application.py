@@ -1,4 +1,5 @@
-"""Starting the window: Qt application, theme, signals, crash path.
+"""Starting the window: one per user and data folder, Qt application, theme, signals,
+crash path.
 
 The window is shown before anything heavy is imported; asyncio, the core and
 llama.cpp load after the first paint (see window.py). ``FIRESIDE_EXIT_WHEN_READY=1``
@@ -25,7 +26,7 @@ from PySide6.QtCore import QSocketNotifier, QTimer
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
-from app.ui import icons, notices, theme
+from app.ui import icons, notices, single_instance, theme
 from app.ui.window import MainWindow
 
 logger = logging.getLogger(__name__)
@@ -42,10 +43,22 @@ def run(args: argparse.Namespace) -> int:
     assert isinstance(app, QApplication)
     app.setApplicationName("Fireside")
     app.setDesktopFileName("fireside")
+    opened: Path | None = getattr(args, "open", None)
+    try:
+        link = single_instance.claim(paths.data_dir(), [opened] if opened else [])
+    except single_instance.NotAnswering as err:
+        print(f"fireside: {err}", file=sys.stderr)
+        return 1
+    if link is None:
+        return 0  # the window already open took over
     app.setWindowIcon(icons.app_icon())
     sys.excepthook = notices.excepthook
 
     window = open_window(app, getattr(args, "models_dir", None) or [])
+    if opened is not None:
+        window.open_model(opened)
+    link.on_launch = lambda files: _on_launched_again(window, files)
+    window.closed.connect(link.close)  # all is saved: the next launch may take over
     if os.environ.get("FIRESIDE_EXIT_WHEN_READY"):
         window.ready.connect(lambda: _report_ready_and_quit(window))
     else:
@@ -56,12 +69,16 @@ def run(args: argparse.Namespace) -> int:
 
     app.exec()
     release_signals()
+    window.wait_for_start_thread()
     if window.controller is not None and not window.is_shut_down:
         window.controller.core.close()  # the loop ended some other way: bounded, as ever
     if "app.ui.event_loop" in sys.modules:
         from app.ui import event_loop  # noqa: PLC0415 - only if the core was started
 
         event_loop.close()
+    link.close()
+    if window.controller is not None:
+        window.controller.core.exit_if_left_running(0)
     return 0
 
 
@@ -74,6 +91,17 @@ def open_window(app: QApplication, models_dirs: Sequence[Path]) -> MainWindow:
     if loaded.problem:
         notices.warning(loaded.problem)
     return window
+
+
+def _on_launched_again(window: MainWindow, files: list[Path]) -> bool:
+    """Fireside was launched again: this window comes to the front and opens the files
+    (False while it closes: the launch waits, then opens a window of its own)."""
+    if window.is_closing:
+        return False
+    window.bring_to_front()
+    for path in files:
+        window.open_model(path)
+    return True
 
 
 def _report_ready_and_quit(window: MainWindow) -> None:

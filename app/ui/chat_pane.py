@@ -74,11 +74,12 @@ class ChatPane(QObject):
         self._connect_widgets()
         self._connect_controllers()
 
-    def start(self) -> None:
-        """The conversation open last time, the models found, a model loading."""
+    def start(self, opened: Path | None = None) -> None:
+        """The conversation open last time, the models found, a model loading (the file
+        ``opened``, if one was)."""
         self.controller.start()
         self._refresh_conversations()
-        self.models.start()
+        self.models.start(opened)
         self.api.apply()
 
     def _connect_widgets(self) -> None:

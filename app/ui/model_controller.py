@@ -55,8 +55,9 @@ class ModelController(QObject):
         """A load was asked for and the window does not show its outcome yet."""
         return self._loads > 0
 
-    def start(self) -> None:
-        """List the models found, follow their folders, and load the one to start with."""
+    def start(self, opened: Path | None = None) -> None:
+        """List the models found, follow their folders, and load the one to start with:
+        the file ``opened``, else the model at start (also if ``opened`` cannot be used)."""
         try:
             path: Path | None = self.core.startup_model()
         except LookupError:
@@ -64,7 +65,9 @@ class ModelController(QObject):
         self._show_library()
         self.core.library.watch(self._library_changed.emit)
         self.ask_servers()
-        if path is None:
+        if opened is not None:
+            self.open_file(opened, instead=path)
+        elif path is None:
             notices.warning("No model found yet. Put .gguf files in the models folder.",
                             "Open models folder", open_models_folder)
         elif self.model is None:
@@ -74,6 +77,11 @@ class ModelController(QObject):
         """Switch to the model at ``path``; the open conversation goes on with it."""
         self._loads += 1
         return self._tasks.spawn(self._load(path))
+
+    def open_file(self, path: Path, instead: Path | None = None) -> asyncio.Task[None]:
+        """Add the model file at ``path`` to the models and load it. One that cannot be
+        used is reported and the model in use stays; with none in use, ``instead`` loads."""
+        return self._tasks.spawn(self._open_file(path, instead))
 
     def reload(self) -> None:
         """Load the current model again (new context size or threads)."""
@@ -121,6 +129,21 @@ class ModelController(QObject):
             self.loaded.emit(model)
             if model.notice:
                 notices.warning(model.notice)
+
+    async def _open_file(self, path: Path, instead: Path | None) -> None:
+        loop = asyncio.get_running_loop()
+        # The header is read off the GUI thread, and on the thread that rescans: the
+        # library is changed by one thread at a time.
+        entry = await loop.run_in_executor(self._background, self.core.library.add_file, path)
+        if self._closed:
+            return
+        if entry.error:
+            notices.error(f"{path} cannot be opened: {entry.error}.")
+            if instead is not None and self.model is None and not self.loading:
+                self.load(instead)
+            return
+        self._show_library()
+        self.load(entry.path)  # a split model's first part, whichever part was opened
 
     async def _rescan(self) -> None:
         if self._closed:

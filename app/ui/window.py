@@ -83,11 +83,13 @@ class MainWindow(QMainWindow):
         self.models_dirs = list(models_dirs)
         self.chat: ChatPane | None = None  # built once the core is open
         self._start_requested = False
+        self._start_thread: threading.Thread | None = None
         self._closing = False
         self._closing_lock = threading.Lock()  # the start thread checks _closing under it
         self._shut_down = False
         self._announced_ready = False
         self._settings_dialog: SettingsDialog | None = None
+        self._model_to_open: Path | None = None  # opened before the core was ready
         self._empty_text = self._empty_text_for(None)
         # Short disk jobs kept off the GUI thread: settings, the database, model scans.
         self._background = ThreadPoolExecutor(1, thread_name_prefix="fireside-background")
@@ -214,7 +216,15 @@ class MainWindow(QMainWindow):
             with contextlib.suppress(RuntimeError):  # the window was deleted meanwhile
                 self._core_opened.emit(future)
 
-        threading.Thread(target=run, name="fireside-start").start()
+        self._start_thread = threading.Thread(target=run, name="fireside-start")
+        self._start_thread.start()
+
+    def wait_for_start_thread(self) -> None:
+        """At exit: the start thread holds the window, and a widget's last reference
+        must not drop on another thread once the application is gone (it crashed when
+        the window closed while the core was opening)."""
+        if self._start_thread is not None:
+            self._start_thread.join()
 
     def _on_core_opened(self, future: Future[tuple[Any, Fireside]]) -> None:
         try:
@@ -237,7 +247,7 @@ class MainWindow(QMainWindow):
         self.chat_view.setCurrentWidget(chat.transcript)
         if self._settings_dialog is not None:
             chat.attach_settings(self._settings_dialog)
-        chat.start()
+        chat.start(self._model_to_open)
         # Everything imported so far lives as long as the app: keep it out of the
         # garbage collector's full passes, which would otherwise stall the window for
         # tens of milliseconds in the middle of a reply.
@@ -305,6 +315,11 @@ class MainWindow(QMainWindow):
     def is_shut_down(self) -> bool:
         return self._shut_down
 
+    @property
+    def is_closing(self) -> bool:
+        """Closing has begun: the window takes no new work."""
+        return self._closing
+
     # Actions -----------------------------------------------------------------------
 
     def show_settings(self) -> None:
@@ -322,6 +337,20 @@ class MainWindow(QMainWindow):
             self._settings_dialog.raise_()
         self._settings_dialog.show()
         self._settings_dialog.activateWindow()
+
+    def open_model(self, path: Path) -> None:
+        """Add the model file at ``path`` to the models and load it (a file opened from
+        the file manager); one that cannot be used is reported and nothing changes."""
+        if self.chat is None:
+            self._model_to_open = path  # loaded instead of the model at start
+        else:
+            self.chat.models.open_file(path)
+
+    def bring_to_front(self) -> None:
+        self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.show()
+        self.raise_()
+        self.activateWindow()
 
     def show_about(self) -> None:
         from app.ui.about import show_about  # noqa: PLC0415 - on first use

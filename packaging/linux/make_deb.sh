@@ -1,7 +1,9 @@
 #!/bin/sh
 # Usage: make_deb.sh BUNDLE_DIR VERSION OUT_DIR
 # Packs the PyInstaller bundle as a .deb with Debian's own tools: the bundle in
-# /opt/fireside, /usr/bin/fireside, a menu entry with the hicolor icons. Depends comes
+# /opt/fireside, /usr/bin/fireside, a menu entry with the hicolor icons that opens .gguf
+# files, and their MIME type (shared-mime-info's and desktop-file-utils' dpkg triggers
+# update the desktop's databases, so no maintainer script is needed). Depends comes
 # from dpkg-shlibdeps over every ELF file in the bundle, so it lists exactly the system
 # libraries the bundle does not carry (Qt's xcb platform, EGL, fontconfig, glibc...).
 set -eu
@@ -16,11 +18,13 @@ PKG=$STAGE/pkg
 
 rm -rf "$STAGE"
 mkdir -p "$PKG/DEBIAN" "$PKG/opt" "$PKG/usr/bin" "$PKG/usr/share/applications" \
-    "$PKG/usr/share/icons/hicolor/scalable/apps" "$PKG/usr/share/doc/fireside"
+    "$PKG/usr/share/icons/hicolor/scalable/apps" "$PKG/usr/share/doc/fireside" \
+    "$PKG/usr/share/mime/packages"
 cp -a "$BUNDLE" "$PKG/opt/fireside"
 install -m 755 "$HERE/fireside.sh" "$PKG/usr/bin/fireside"
 install -m 644 "$ROOT/resources/fireside.desktop" "$PKG/usr/share/applications/fireside.desktop"
 install -m 644 "$ROOT/resources/fireside.svg" "$PKG/usr/share/icons/hicolor/scalable/apps/fireside.svg"
+install -m 644 "$HERE/fireside-gguf.xml" "$PKG/usr/share/mime/packages/fireside.xml"
 for png in "$ROOT"/resources/icons/fireside-*.png; do
     size=$(basename "$png" .png | sed 's/^fireside-//')
     mkdir -p "$PKG/usr/share/icons/hicolor/${size}x${size}/apps"

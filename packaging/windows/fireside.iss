@@ -32,6 +32,8 @@ Compression=lzma2/max
 SolidCompression=yes
 WizardStyle=modern
 CloseApplications=yes
+; Tells Explorer that the file types below changed.
+ChangesAssociations=yes
 
 [Tasks]
 Name: "desktopicon"; Description: "{cm:CreateDesktopIcon}"; GroupDescription: "{cm:AdditionalIcons}"; Flags: unchecked
@@ -42,6 +44,16 @@ Source: "{#Bundle}\*"; DestDir: "{app}"; Flags: recursesubdirs createallsubdirs 
 [Icons]
 Name: "{autoprograms}\Fireside"; Filename: "{app}\Fireside.exe"; Comment: "Chat privately with local language models"
 Name: "{autodesktop}\Fireside"; Filename: "{app}\Fireside.exe"; Tasks: desktopicon
+
+[Registry]
+; .gguf files get "Open with > Fireside" (Fireside.exe MODEL.gguf): offered, not taken
+; over, since other apps open them too. Per user, like the install; the uninstaller
+; removes them.
+Root: HKA; Subkey: "Software\Classes\.gguf\OpenWithProgids"; ValueType: string; ValueName: "Fireside.gguf"; ValueData: ""; Flags: uninsdeletevalue
+Root: HKA; Subkey: "Software\Classes\Fireside.gguf"; ValueType: string; ValueName: ""; ValueData: "GGUF language model"; Flags: uninsdeletekey
+Root: HKA; Subkey: "Software\Classes\Fireside.gguf\DefaultIcon"; ValueType: string; ValueName: ""; ValueData: "{app}\Fireside.exe,0"
+Root: HKA; Subkey: "Software\Classes\Fireside.gguf\shell\open\command"; ValueType: string; ValueName: ""; ValueData: """{app}\Fireside.exe"" ""%1"""
+Root: HKA; Subkey: "Software\Classes\Applications\Fireside.exe\SupportedTypes"; ValueType: string; ValueName: ".gguf"; ValueData: ""; Flags: uninsdeletekey
 
 [Run]
 Filename: "{app}\Fireside.exe"; Description: "{cm:LaunchProgram,Fireside}"; Flags: nowait postinstall skipifsilent

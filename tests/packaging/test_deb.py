@@ -127,8 +127,22 @@ def test_menu_entry_and_command_are_installed(installed: list[str]) -> None:
              and p.endswith(("/fireside.png", "/fireside.svg"))]
     assert len(icons) >= 2
     entry = Path("/usr/share/applications/fireside.desktop").read_text()
-    assert "Exec=fireside" in entry
+    assert "Exec=fireside %f" in entry
     assert "Icon=fireside" in entry
+
+
+def test_gguf_files_open_with_fireside(installed: list[str]) -> None:
+    """The package's MIME type is installed, and the dpkg triggers of shared-mime-info
+    and desktop-file-utils (where installed) gave it to the desktop's databases."""
+    assert "/usr/share/mime/packages/fireside.xml" in installed
+    entry = Path("/usr/share/applications/fireside.desktop").read_text()
+    assert "MimeType=application/x-gguf;" in entry
+    if shutil.which("update-mime-database"):
+        assert Path("/usr/share/mime/application/x-gguf.xml").is_file()
+        assert "application/x-gguf" in Path("/usr/share/mime/globs2").read_text()
+    if shutil.which("update-desktop-database"):
+        cache = Path("/usr/share/applications/mimeinfo.cache").read_text()
+        assert "application/x-gguf=fireside.desktop;" in cache
 
 
 def test_window_starts_without_locale_or_import_trouble(
@@ -192,6 +206,8 @@ def test_removing_the_package_leaves_no_file(installed: list[str]) -> None:
             and (not os.path.isdir(p) or Path(p).is_relative_to(INSTALL_DIR))]
     assert left == []
     assert not INSTALL_DIR.exists()
+    # The MIME database, rebuilt by the trigger, no longer names the type.
+    assert not Path("/usr/share/mime/application/x-gguf.xml").exists()
 
 
 CRASHING_LEVEL = """

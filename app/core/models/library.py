@@ -7,6 +7,8 @@ The core holds one ``ModelLibrary``; ``fireside models`` uses one on its own.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +27,7 @@ class ModelLibrary:
         self.sources: list[sources.Source] = []  # other apps' stores, found or not
         self.listings: list[servers.Listing] = []  # what each server said, at the last ask
         self._files: list[catalog.ModelEntry] = []
+        self._added: list[Path] = []  # files no folder holds: listed after every rescan
         self._watcher: Watcher | None = None
         # What the watcher looks at, replaced whole (never mutated) when it changes.
         self._watched: tuple[tuple[tuple[Path, str], ...], frozenset[str]] = ((), frozenset())
@@ -41,6 +44,8 @@ class ModelLibrary:
         self._watched = (tuple(folders), disabled)
         found = sources.discover()
         files = catalog.scan(folders, catalog.switched_on(found, disabled))
+        files += [catalog.describe(p) for p in self._added
+                  if p.exists() and not _lists(files, p)]
         changed = (files, found) != (self._files, self.sources)
         self._files, self.sources = files, found
         self._combine()
@@ -86,10 +91,28 @@ class ModelLibrary:
         return choice.choose_model(query, self.entries, self._settings, required)
 
     def add(self, path: Path) -> None:
-        """List a model file that no folder holds (one the settings name)."""
-        if not any(path == e.path or path in e.shards for e in self.entries):
-            self._files = [*self._files, catalog.describe(path)]
-            self._combine()
+        """List a model file that no folder holds (one the settings name), now and after
+        each rescan while it exists. One listed already is left to its folder or store:
+        it goes when it goes from there."""
+        if not _lists(self.entries, path):
+            self._list(catalog.describe(path))
+
+    def add_file(self, path: Path) -> catalog.ModelEntry:
+        """A model file the user opened: the entry listed already if it is the same file
+        reached another way, else its own, listed (as ``add`` does) if it can be used."""
+        entry = catalog.describe(path)
+        for listed in self.entries:
+            with contextlib.suppress(OSError):  # a server's model has no file
+                if os.path.samefile(listed.path, entry.path):
+                    return listed
+        if entry.usable:
+            self._list(entry)
+        return entry
+
+    def _list(self, entry: catalog.ModelEntry) -> None:
+        self._added.append(entry.path)
+        self._files = [*self._files, entry]
+        self._combine()
 
     def watch(self, on_change: Callable[[], None]) -> None:
         """Call ``on_change`` (on the watcher's thread) when model files come and go."""
@@ -104,3 +127,7 @@ class ModelLibrary:
     def _watch_list(self) -> list[tuple[str, Path]]:
         folders, disabled = self._watched  # on the watcher's thread: one read, no locks
         return catalog.watch_list(folders, disabled)
+
+
+def _lists(entries: Sequence[catalog.ModelEntry], path: Path) -> bool:
+    return any(path == e.path or path in e.shards for e in entries)
