@@ -4,7 +4,9 @@ core's one inference thread in the order requests arrive, queued with the user's
 Starlette routes and uvicorn serves (both well kept, and what llama-cpp-python's own
 server runs on); sse-starlette frames the event stream and sees a client leave, which
 stops that client's reply. Uvicorn runs on a thread of its own with its own event loop,
-so neither the window's loop nor the inference thread ever waits on the network.
+so neither the window's loop nor the inference thread ever waits on the network. Its
+connections must send their requests in good time, and are capped without idle ones
+crowding out a client (:mod:`app.api.connections`).
 """
 
 from __future__ import annotations
@@ -30,11 +32,12 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.cors import CORSMiddleware
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api.connections import Limits, protocol
 from app.core.backend import ReplyHandle
 from app.core.conversations.completions import (
     Answer,
@@ -78,7 +81,7 @@ class LocalServer:
     serves on the calling thread until a signal (``fireside serve``)."""
 
     def __init__(self, core: Fireside, port: int | None = None, token: str = "",
-                 max_waiting: int = MAX_WAITING) -> None:
+                 max_waiting: int = MAX_WAITING, limits: Limits | None = None) -> None:
         self.core = core
         self.token = token
         self.max_waiting = max_waiting
@@ -90,8 +93,9 @@ class LocalServer:
         self._started = int(time.time())
         self._server = uvicorn.Server(uvicorn.Config(
             self.app(), log_config=None, access_log=False, lifespan="off",
-            timeout_graceful_shutdown=1))
+            timeout_graceful_shutdown=1, http=protocol(limits or Limits())))
         self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def url(self) -> str:
@@ -104,14 +108,38 @@ class LocalServer:
 
     def run(self) -> None:
         """Serve until SIGINT or SIGTERM (uvicorn's handlers, on the main thread)."""
-        asyncio.run(self._server.serve(sockets=[self._socket]))
+        asyncio.run(self._serve())
+
+    async def _serve(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        await self._server.serve(sockets=[self._socket])
 
     def start(self) -> None:
         self._thread = threading.Thread(target=self.run, name="fireside-api", daemon=True)
         self._thread.start()
 
+    def stop_accepting(self, timeout: float = 1.0) -> None:
+        """Refuse new connections from now on, waiting (at most ``timeout``) for the
+        server's loop to close its listener; the connections open go on."""
+        loop, closed = self._loop, threading.Event()
+
+        def close() -> None:
+            for listener in self._server.servers:
+                listener.close()
+            closed.set()
+
+        if loop is None:  # not serving yet
+            return
+        try:
+            loop.call_soon_threadsafe(close)
+        except RuntimeError:  # its loop has just ended: nothing listens
+            return
+        closed.wait(timeout)
+
     def stop(self, timeout: float = 2.0) -> None:
-        """Stop the requests' replies, close the connections and the socket."""
+        """Refuse new connections, stop the requests' replies, close the connections and
+        the socket."""
+        self.stop_accepting()
         for handle in list(self._replies):
             handle.stop()
         self._server.should_exit = True
@@ -141,7 +169,12 @@ class LocalServer:
             self._admit()
         except ApiError as err:
             return _error(err)
+        except ClientDisconnect:  # it left, or was too slow sending its body
+            return Response(status_code=499)
         core = self.core
+        # A max_tokens past the room the context leaves is clipped, not refused: the reply
+        # ends where the context does (finish_reason "length"), as llama.cpp's own server
+        # does. Clients send large values by habit, for a context size they cannot see.
         started = core.answer(
             asked.prompt(),
             lambda model: asked.sampling_for(core.sampling(model.path), model.n_ctx))
@@ -319,7 +352,9 @@ class _Guard:
                             "sites.", code="forbidden_origin")
         token = self._token()
         if token and method != "OPTIONS":  # a browser's preflight carries no token
-            given = headers.get("authorization", "").removeprefix("Bearer ").strip()
+            # RFC 6750: the scheme's name is matched in any case ("bearer KEY").
+            scheme, _, given = headers.get("authorization", "").strip().partition(" ")
+            given = given.strip() if scheme.lower() == "bearer" else ""
             if not hmac.compare_digest(given.encode(), token.encode()):
                 return ApiError(401, "Incorrect or missing token. Fireside's settings show "
                                 "the token this server wants.", code="invalid_api_key")

@@ -217,6 +217,10 @@ def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | N
         return " ".join(problems)
     for problem in problems:  # the others' tools are there
         out.notice(problem)
+    for server in servers:
+        if server.disabled:
+            out.notice(f"The tool server '{server.name}' is disabled in {args.tools.name}: "
+                       "it is not started.")
     names = [t.name for t in listed]
     if args.tool_choice not in (tool_calls.AUTO, tool_calls.NONE, tool_calls.REQUIRED, *names):
         return (f"--tool-choice {args.tool_choice}: no tool has that name "

@@ -72,7 +72,8 @@ class Settings:
     api_port: int = API_PORT
     api_token: str = ""
     # Tool servers as the mcpServers JSON of Claude Desktop, LM Studio and Cursor holds
-    # them: {name: {"command", "args", "env"} or {"url"}} (mcp_tools.read_config).
+    # them: {name: {"command", "args", "env"} or {"url", "headers"}} (mcp_tools.read_config),
+    # the env values and headers in the keyring ("keptIn" says where: tools.mcp_keys).
     mcp_servers: JsonObject = field(default_factory=dict)
     tools_off: list[str] = field(default_factory=list)  # servers switched off, by name
     always_allowed_tools: list[str] = field(default_factory=list)  # "server/tool"

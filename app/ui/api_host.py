@@ -65,8 +65,10 @@ class ApiHost(QObject):
         return text
 
     def close(self) -> None:
-        """Stop serving, off the GUI thread (connections close within a second)."""
+        """Stop serving: new connections are refused at once (a wake-up of the server's
+        loop), the rest ends off the GUI thread (connections close within a second)."""
         server, self.server = self.server, None
         if server is not None:
             server.on_change = lambda: None
+            server.stop_accepting()
             threading.Thread(target=server.stop, name="fireside-api-stop").start()

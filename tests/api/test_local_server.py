@@ -25,6 +25,12 @@ from tests.model_server import free_port
 QUESTION = "Name three colours."
 SMOLLM2 = "SmolLM2-135M-Instruct"  # the name the loaded model goes by
 LONG = 4000  # tokens: a reply no test waits for to the end
+# A call its grammar cannot close in fewer than a thousand tokens: forced, a reply runs
+# to its max_tokens, or to the context's end, whatever the model would have written.
+ENDLESS = {"type": "function", "function": {
+    "name": "record", "description": "Record the numbers.",
+    "parameters": {"type": "object", "required": ["numbers"], "properties": {
+        "numbers": {"type": "array", "items": {"type": "integer"}, "minItems": 500}}}}}
 
 
 @pytest.fixture
@@ -173,6 +179,30 @@ def test_a_prompt_longer_than_the_context_is_refused_with_openais_code(
     assert ask(server).choices[0].message.content  # and the next one is answered
 
 
+def test_max_tokens_past_the_context_is_clipped_to_the_room_left(smollm2_path: Path) -> None:
+    prefs = settings.load().settings
+    prefs.temperature, prefs.context_size = 0.0, 512
+    core = Fireside.open(prefs=prefs)
+    n_ctx = core.load(smollm2_path).result().n_ctx
+    server = LocalServer(core, free_port())
+    server.start()
+    try:
+        def endless(max_tokens: int) -> Any:
+            return ask(server, "Count.", max_tokens=max_tokens, tools=[ENDLESS],
+                       tool_choice="required")
+
+        within = endless(20)
+        assert within.choices[0].finish_reason == "length"
+        assert within.usage.completion_tokens == 20
+        beyond = endless(100 * n_ctx)  # answered, not refused: to the end of the context
+        assert beyond.choices[0].finish_reason == "length"
+        assert beyond.usage.prompt_tokens + beyond.usage.completion_tokens == n_ctx
+        assert not beyond.choices[0].message.tool_calls  # a call cut short is no call
+    finally:
+        server.stop()
+        core.close()
+
+
 def test_web_pages_other_hosts_and_wrong_tokens_are_refused(serve: Serve) -> None:
     server = serve(token="sesame-31")
     with pytest.raises(openai.AuthenticationError):
@@ -180,6 +210,13 @@ def test_web_pages_other_hosts_and_wrong_tokens_are_refused(serve: Serve) -> Non
     status, body = curl(f"{server.url}/models")  # no token at all
     assert status == 401 and json.loads(body)["error"]["code"] == "invalid_api_key"
     assert client(server, "sesame-31").models.list().data
+    # RFC 6750: the scheme is named in any case; another scheme is no bearer token.
+    for header in ("bearer sesame-31", "BEARER sesame-31", "Bearer   sesame-31 "):
+        status, _ = curl(f"{server.url}/models", "-H", f"Authorization: {header}")
+        assert status == 200, header
+    for header in ("Basic sesame-31", "sesame-31", "Bearer", "Bearersesame-31"):
+        status, _ = curl(f"{server.url}/models", "-H", f"Authorization: {header}")
+        assert status == 401, header
     status, _ = curl(f"{server.url}/models", "-H", "Authorization: Bearer sesame-31",
                      "-H", "Origin: https://evil.example")
     assert status == 403
@@ -218,9 +255,20 @@ def test_concurrent_clients_are_answered_one_at_a_time_in_arrival_order(
     prompts = [f"Write one sentence about the number {n}." for n in range(8)]
     alone = {p: ask(server, p).choices[0].message.content for p in prompts}
     firsts: list[int] = []
+    # Each request is sent once the one before has arrived: the server queued it.
+    arrived = [threading.Event() for _ in prompts]
+    queued = [server.waiting]
+
+    def on_change() -> None:  # on the server's thread, once per change
+        if server.waiting > queued[0]:
+            arrived[sum(e.is_set() for e in arrived)].set()
+        queued[0] = server.waiting
+
+    server.on_change = on_change
 
     async def one(api: openai.AsyncOpenAI, n: int) -> str:
-        await asyncio.sleep(0.1 * n)  # arrival order: 0, 1, 2…
+        if n:
+            assert await asyncio.to_thread(arrived[n - 1].wait, 120)
         parts = []
         stream = await api.chat.completions.create(
             model="x", messages=[{"role": "user", "content": prompts[n]}], stream=True,
@@ -238,6 +286,7 @@ def test_concurrent_clients_are_answered_one_at_a_time_in_arrival_order(
             return await asyncio.gather(*(one(api, n) for n in range(8)))
 
     answers = asyncio.run(all_of_them())
+    assert all(e.is_set() for e in arrived)
     assert answers == [alone[p] for p in prompts]  # none mixed into another
     assert firsts == list(range(8))
 
@@ -247,7 +296,8 @@ def test_the_users_chat_waits_for_a_request_and_neither_cancels_the_other(
     server = serve()
     got: dict[str, Any] = {}
     request = threading.Thread(target=lambda: got.update(
-        api=streamed(server, "Tell a long story.", max_tokens=80)))
+        api=streamed(server, "Tell a long story.", max_tokens=80, tools=[ENDLESS],
+                     tool_choice="required")))
     request.start()
     deadline = time.monotonic() + 60
     while not core.answering and time.monotonic() < deadline:
@@ -256,9 +306,10 @@ def test_the_users_chat_waits_for_a_request_and_neither_cancels_the_other(
     turn = core.send(QUESTION, preempt=True).result()  # as the window sends
     result = turn.future.result()
     request.join()
-    text, last = got["api"]
-    # The request ran to its own end, not cut by the user's message.
-    assert text and (last.finish == "stop" or last.usage.completion_tokens == 80)
+    _, last = got["api"]
+    # The request ran to its own end, not cut by the user's message: a call that cannot
+    # close before its max_tokens ends only there.
+    assert last.finish == "length" and last.usage.completion_tokens == 80
     assert result.reply.text and result.reply.stats.finish_reason in ("stop", "length")
 
 

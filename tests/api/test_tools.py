@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import gc
 import json
+import statistics
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import jsonschema
+import llama_cpp
 import openai
 import psutil
 import pytest
@@ -21,9 +23,11 @@ from app.api.server import LocalServer
 from app.core import settings
 from app.core.fireside import Fireside
 from app.core.llama import llama_runtime
-from app.core.llama.engine import Engine
+from app.core.llama.engine import Engine, llama_arguments
+from app.core.options import LoadOptions, Sampling
 from app.core.tools.mcp_tools import McpConnection, McpServer
 from tests.model_server import free_port
+from tests.reference import default_gpu_layers
 
 BOOK = {"type": "function", "function": {
     "name": "book_table", "description": "Book a table at a restaurant.",
@@ -163,39 +167,84 @@ def test_malformed_tools_and_tool_messages_are_refused_with_the_reason(
         core.close()
 
 
-def test_a_call_the_model_begins_on_its_own_follows_the_schema(gemma_path: Path) -> None:
-    """tool_choice auto: the grammar holds from the moment a call begins."""
+# Requests Gemma 3 270M answers in its own way: on some CPUs it begins a call for some
+# of them, with text of its own before it, and writes no call for the others.
+ON_ITS_OWN = ["Use the get_weather tool for Paris.", "Call get_weather for Tokyo.",
+              "Weather in Rome, please. Use the tool.",
+              "What is the weather in Oslo right now? Use the tool."]
+
+
+def raw_reply(model: Path, tokens: list[int], n_ctx: int, sampling: Sampling,
+              max_tokens: int) -> str:
+    """What raw llama-cpp-python writes here after ``tokens`` on a fresh sequence, greedy,
+    with no grammar: where the model would begin a call on its own, and how."""
+    llm = llama_cpp.Llama(model_path=str(model), n_ctx=n_ctx, verbose=False,
+                          **llama_arguments(LoadOptions(), default_gpu_layers(model, n_ctx)))
+    try:
+        out = llm.create_completion(tokens, max_tokens=max_tokens, temperature=0.0,
+                                    top_k=sampling.top_k, top_p=sampling.top_p,
+                                    min_p=sampling.min_p,
+                                    repeat_penalty=sampling.repeat_penalty)
+        return str(out["choices"][0]["text"])  # type: ignore[index]
+    finally:
+        llm.close()
+
+
+def auto_reply(model: Path, text: str) -> tuple[Any, str]:
+    """Fireside's reply to ``text`` with tools on auto, greedy, on a fresh sequence; and
+    what raw llama-cpp-python writes after the same prompt tokens."""
     prefs = settings.load().settings
-    core = Fireside.open(prefs=prefs)
-    core.load(gemma_path).result()
+    prefs.temperature = 0.0
+    engine = Engine()
+    core = Fireside.open(prefs=prefs, engine=engine)
+    n_ctx = core.load(model).result().n_ctx
     server = LocalServer(core, free_port())
     server.start()
-    calls = 0
     try:
         with api(server) as client:
-            # Gemma 3 270M calls on its own in some replies only, which ones depending on
-            # the CPU's arithmetic: seeds until three calls have been checked.
-            for seed in range(1, 17):
-                reply = client.chat.completions.create(
-                    model="any", tools=[WEATHER], seed=seed, max_tokens=120, messages=[
-                        {"role": "user", "content": "What is the weather in Oslo right "
-                                                    "now? Use the tool."}])
-                message = reply.choices[0].message
-                assert "<tool_call>" not in (message.content or "")
-                for call in message.tool_calls or []:
-                    assert valid(call, WEATHER)["city"]
-                    calls += 1
-                assert (reply.choices[0].finish_reason == "tool_calls") == bool(
-                    message.tool_calls)
-                if calls >= 3:
-                    break
+            reply = client.chat.completions.create(
+                model="any", tools=[WEATHER], max_tokens=120, temperature=0,
+                parallel_tool_calls=False, messages=[{"role": "user", "content": text}])
+        assert engine._llm is not None and reply.usage is not None
+        prompt = [int(t) for t in engine._llm._input_ids[:reply.usage.prompt_tokens]]
+        sampling = core.sampling(model)
     finally:
         server.stop()
         core.close()
-    assert calls >= 3  # it called on its own, and every call held to the schema
+    return reply, raw_reply(model, prompt, n_ctx, sampling, 120)
+
+
+def test_a_call_the_model_begins_on_its_own_follows_the_schema(gemma_path: Path) -> None:
+    """tool_choice auto: the grammar holds from the moment a call begins. Whether the
+    model begins one turns on the CPU's arithmetic, so raw llama-cpp-python, on the same
+    prompt tokens, says what it does here: Fireside writes the same words up to the
+    call, then a call that follows the schema (the raw model's need not), or, where no
+    call begins, the raw model's words (or the first of them) and no call."""
+    begun = 0
+    for text in ON_ITS_OWN:
+        reply, raw = auto_reply(gemma_path, text)
+        message = reply.choices[0].message
+        written, raw = (message.content or "").strip(), raw.strip()
+        at = raw.find("<tool_call>")
+        assert "<tool_call>" not in written, text
+        if not message.tool_calls:  # Fireside may stop sooner, at a marker of its format
+            assert raw.startswith(written), text
+            continue
+        begun += 1
+        assert at >= 0 and written == raw[:at].strip(), text
+        (call,) = message.tool_calls
+        assert valid(call, WEATHER)["city"], text
+        # Ended by the call, or by max_tokens just as it closed (what was cut is dropped).
+        assert reply.choices[0].finish_reason == "tool_calls" or (
+            reply.choices[0].finish_reason == "length"
+            and reply.usage.completion_tokens == 120), text
+    if not begun:
+        pytest.skip("Gemma began no call on this machine: the grammar was not put to the "
+                    "test (the replies without one matched raw llama-cpp-python's)")
 
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
+WARM_UP = 20  # rounds before memory is sampled (the soak, its first hundred actions)
 
 
 @pytest.mark.slow
@@ -216,7 +265,7 @@ def test_a_hundred_rounds_of_ping_on_one_gemma_sequence(gemma_path: Path) -> Non
     process = psutil.Process()
     sequence = engine._llm._ctx if engine._llm else None
     secrets = [f"S{round_:03d}X{(round_ * 7919) % 10007:05d}" for round_ in range(100)]
-    rss: dict[int, int] = {}
+    rss: list[int] = []  # after the warm-up, every tenth round
     try:
         with api(server) as client:
             for round_, secret in enumerate(secrets):
@@ -241,15 +290,22 @@ def test_a_hundred_rounds_of_ping_on_one_gemma_sequence(gemma_path: Path) -> Non
                 assert answered.usage.completion_tokens > 0
                 others = [s for s in secrets if s != secret and s in text]
                 assert not others, (round_, others)
-                if round_ in (10, 99):
-                    # Live memory: what the allocator holds freed goes back first (the
-                    # tests before this one in the process leave it fragmented).
+                if round_ >= WARM_UP and round_ % 10 == 9:
+                    # Live memory, as the soak measures it: what the allocator holds
+                    # freed goes back first (the tests before this one leave it
+                    # fragmented), and the rounds that first allocate are left out.
                     gc.collect()
                     llama_runtime.release_freed_memory()
-                    rss[round_] = process.memory_info().rss
+                    rss.append(process.memory_info().rss)
         assert engine._llm is not None and engine._llm._ctx is sequence
     finally:
         server.stop()
         core.close()
         mcp.close()
-    assert abs(rss[99] - rss[10]) / rss[10] < 0.05, rss
+    # The bound holds on any machine: after the warm-up each buffer a round needs exists
+    # (the weights, the one sequence's cache of a fixed size, the grammar's, the
+    # client's), and each round allocates and frees the same sizes whatever the CPU's
+    # speed or kernels (requests of one length, replies of at most max_tokens): only a
+    # leak grows the process. A median of three sets aside a sample caught mid-way.
+    early, late = statistics.median(rss[:3]), statistics.median(rss[-3:])
+    assert abs(late - early) / early < 0.05, rss

@@ -11,16 +11,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from keyrings.alt.file import PlaintextKeyring
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QPushButton, QSpinBox
 
 from app.core import settings
+from app.core.tools import mcp_keys
 from app.core.tools.toolbox import Toolbox
 from app.ui.settings.dialog import SettingsDialog
 from app.ui.settings.tools_page import ToolsPage
+from tests.cli.test_servers import kept_keys, keyring_file  # noqa: F401 - a fixture
+from tests.mcp_server import over_http
 from tests.ui.settings_pages import page_at, page_names
 
 MCP_SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
+TOKEN = "mcp-test-token-0c4"
 FILESYSTEM = {"command": "npx",
               "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/me/Documents"],
               "env": {}}
@@ -162,6 +167,7 @@ def test_a_bad_entry_is_refused_with_a_reason_and_nothing_saved(
             widget.url_edit.text()) == (name, command, url)  # kept, to be put right
 
 
+@pytest.mark.usefixtures("keyring_file")
 def test_a_claude_desktop_file_is_imported_whole(page_on: PageFactory, tmp_path: Path) -> None:
     page = page_on(mcp_servers={"filesystem": {"url": "http://localhost:9000/mcp"},
                                 "notes": {"url": "http://localhost:9001/mcp"}},
@@ -170,9 +176,13 @@ def test_a_claude_desktop_file_is_imported_whole(page_on: PageFactory, tmp_path:
     config.write_text(json.dumps(CLAUDE_DESKTOP, indent=2), encoding="utf-8")
     assert page.widget.import_file(config) is None
     saved = page.saved()
+    # The token went to the keyring; the settings say only where.
+    github = {**CLAUDE_DESKTOP["mcpServers"]["github"], "env": {}, "keptIn": "keyring"}
     assert saved.mcp_servers == {"filesystem": FILESYSTEM, "notes": {
-        "url": "http://localhost:9001/mcp"}, "github": CLAUDE_DESKTOP["mcpServers"]["github"]}
-    assert saved.mcp_servers["github"]["env"] == {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"}
+        "url": "http://localhost:9001/mcp"}, "github": github}
+    assert "ghp_example" not in page.path.read_text(encoding="utf-8")
+    assert mcp_keys.find("github", "keyring") == (
+        {"GITHUB_PERSONAL_ACCESS_TOKEN": "ghp_example"}, {})
     # The replaced server is another program: its tools are asked about again.
     assert saved.always_allowed_tools == ["notes/search"]
     assert page.allowed_rows() == ["notes/search"]
@@ -181,6 +191,65 @@ def test_a_claude_desktop_file_is_imported_whole(page_on: PageFactory, tmp_path:
     assert [text.split(" — ")[0] for text, _ in page.server_rows()] == [
         "filesystem", "notes", "github"]
     assert page.changes == 1
+
+
+@pytest.mark.usefixtures("keyring_file")
+def test_imported_keys_and_headers_stay_out_of_the_settings_and_start_the_servers(
+        page: Page, tmp_path: Path) -> None:
+    started = tmp_path / "local.started"
+    with over_http(FIRESIDE_TEST_MCP_TOKEN=TOKEN) as url:
+        config = tmp_path / "mcp.json"
+        config.write_text(json.dumps({"mcpServers": {
+            "web": {"url": url, "headers": {"Authorization": f"Bearer {TOKEN}"}},
+            "local": {"command": sys.executable, "args": [str(MCP_SERVER)],
+                      "env": {"FIRESIDE_TEST_STARTED": str(started), "API_KEY": TOKEN}}}}),
+            encoding="utf-8")
+        assert page.widget.import_file(config) is None
+        stored = page.path.read_text(encoding="utf-8")
+        assert TOKEN not in stored
+        assert page.saved().mcp_servers["web"] == {"url": url, "keptIn": "keyring"}
+        assert kept_keys(Path(PlaintextKeyring().file_path)) == [
+            "tool_20server_3a_20web", "tool_20server_3a_20local"]
+        box = Toolbox(page.saved())
+        try:
+            assert "ping" in {tool.name for tool in box.tools()}
+            # The web server took its token from the keyring (it refuses a request
+            # without), and the local one its environment (the marker is named only there).
+            assert not box.problems, box.problems
+            assert box.server_of("ping") == "web"  # the first of two with the name
+            assert started.exists()
+        finally:
+            box.close()
+        # Removed: its keys go too.
+        page.widget.server_list.setCurrentRow(0)
+        page.click("removeToolServerButton")
+        assert kept_keys(Path(PlaintextKeyring().file_path)) == ["tool_20server_3a_20local"]
+
+
+@pytest.mark.usefixtures("keyring_file")
+def test_a_server_the_file_disables_comes_in_off_and_never_starts(
+        page: Page, tmp_path: Path) -> None:
+    started = tmp_path / "off.started"
+    config = tmp_path / "mcp.json"
+    config.write_text(json.dumps({"mcpServers": {"off": {
+        "command": sys.executable, "args": [str(MCP_SERVER)], "disabled": True,
+        "env": {"FIRESIDE_TEST_STARTED": str(started)}}}}), encoding="utf-8")
+    assert page.widget.import_file(config) is None
+    assert page.saved().tools_off == ["off"]
+    assert page.server_rows()[0][1] is False
+    box = Toolbox(page.saved())
+    try:
+        assert box.tools() == () and not box.configured
+    finally:
+        box.close()
+    assert not started.exists(), "the disabled server's process was started"
+    page.widget.server_list.item(0).setCheckState(Qt.CheckState.Checked)  # the user's say
+    box = Toolbox(page.saved())
+    try:
+        assert "ping" in {tool.name for tool in box.tools()}
+    finally:
+        box.close()
+    assert started.exists()
 
 
 @pytest.mark.parametrize(("content", "problem"), [

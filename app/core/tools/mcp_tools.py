@@ -2,7 +2,10 @@
 
 A server is a local process spoken to over its stdin/stdout (a command and its
 arguments), or a URL, connected to only because the user added it. The ``mcpServers``
-JSON that Claude Desktop, LM Studio and Cursor use is read as it is.
+JSON that Claude Desktop, LM Studio and Cursor use is read as it is: ``disabled`` keeps
+a server off, a URL's ``headers`` go with each of its requests. A server the settings
+keep has its env values and headers in the keyring (``mcp_keys``), filled in as it
+starts.
 
 Each connection runs the SDK's asyncio client on a thread of its own, so a call can be
 made, bounded in time and cancelled from the inference thread or a face without an
@@ -15,13 +18,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
+import dataclasses
 import json
 import threading
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, get_args
 
+from app.core.remote.secrets import KeyStore
 from app.core.reply.tool_calls import Tool
+from app.core.tools import mcp_keys
 
 CALL_TIMEOUT_S = 60.0
 CONNECT_TIMEOUT_S = 30.0
@@ -39,9 +46,43 @@ class McpServer:
     args: tuple[str, ...] = ()
     env: Mapping[str, str] = field(default_factory=dict)
     url: str = ""  # a remote server instead of a command
+    headers: Mapping[str, str] = field(default_factory=dict)  # sent to a url
+    disabled: bool = False  # the file says so: it stays off
+    # Where its env values and headers are kept (mcp_keys), when not here.
+    kept_in: KeyStore | None = None
 
     def describe(self) -> str:
         return self.url or " ".join([self.command, *self.args])
+
+    def kept(self) -> McpServer:
+        """The server as settings.json holds it: its env values and headers moved to the
+        keyring (over any kept for an earlier server of its name)."""
+        if not (self.env or self.headers):
+            return self
+        where = mcp_keys.keep(self.name, self.env, self.headers)
+        return dataclasses.replace(self, env={}, headers={}, kept_in=where)
+
+    def filled(self) -> McpServer:
+        """The server with its env values and headers, from where they are kept."""
+        if self.kept_in is None:
+            return self
+        found = mcp_keys.find(self.name, self.kept_in)
+        if found is None:
+            raise McpError(f"The keys and settings of '{self.name}' are no longer in the "
+                           f"{self.kept_in}: import or add the server again.")
+        return dataclasses.replace(self, env=found[0], headers=found[1], kept_in=None)
+
+    def entry(self) -> dict[str, Any]:
+        """The server as an ``mcpServers`` entry, as read_config reads it."""
+        entry: dict[str, Any] = {"url": self.url} if self.url else {
+            "command": self.command, "args": list(self.args), "env": dict(self.env)}
+        if self.url and self.headers:
+            entry["headers"] = dict(self.headers)
+        if self.disabled:
+            entry["disabled"] = True
+        if self.kept_in:
+            entry["keptIn"] = self.kept_in
+        return entry
 
 
 def read_config(data: Any) -> list[McpServer]:
@@ -49,23 +90,37 @@ def read_config(data: Any) -> list[McpServer]:
     servers = data.get("mcpServers") if isinstance(data, Mapping) else None
     if not isinstance(servers, Mapping):
         raise McpError('The file must hold an object "mcpServers" naming each server.')
-    found = []
-    for name, entry in servers.items():
-        if not isinstance(entry, Mapping):
-            raise McpError(f"Server '{name}' must be an object with a command or a url.")
-        command, url = entry.get("command", ""), entry.get("url", "")
-        args, env = entry.get("args", []), entry.get("env", {})
-        if not (isinstance(command, str) and isinstance(url, str)) or bool(command) == bool(url):
-            raise McpError(f"Server '{name}' needs either a command or a url.")
-        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise McpError(f"The args of server '{name}' must be a list of strings.")
-        if not isinstance(env, Mapping) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
-            raise McpError(f"The env of server '{name}' must map names to strings.")
-        if url and not url.startswith(("http://", "https://")):
-            raise McpError(f"The url of server '{name}' must start with http:// or https://.")
-        found.append(McpServer(str(name), command, tuple(args), dict(env), url))
-    return found
+    return [_read_entry(str(name), entry) for name, entry in servers.items()]
+
+
+def _read_entry(name: str, entry: Any) -> McpServer:
+    if not isinstance(entry, Mapping):
+        raise McpError(f"Server '{name}' must be an object with a command or a url.")
+    command, url = entry.get("command", ""), entry.get("url", "")
+    args = entry.get("args", [])
+    if not (isinstance(command, str) and isinstance(url, str)) or bool(command) == bool(url):
+        raise McpError(f"Server '{name}' needs either a command or a url.")
+    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+        raise McpError(f"The args of server '{name}' must be a list of strings.")
+    env, headers = _strings(entry, "env", name), _strings(entry, "headers", name)
+    if url and not url.startswith(("http://", "https://")):
+        raise McpError(f"The url of server '{name}' must start with http:// or https://.")
+    if headers and not url:
+        raise McpError(f"The headers of server '{name}' go with a url; a command takes env.")
+    disabled, kept_in = entry.get("disabled", False), entry.get("keptIn")
+    if not isinstance(disabled, bool):
+        raise McpError(f"'disabled' of server '{name}' must be true or false.")
+    if kept_in is not None and kept_in not in get_args(KeyStore):
+        raise McpError(f"Server '{name}' names no known place for its keys.")
+    return McpServer(name, command, tuple(args), env, url, headers, disabled, kept_in)
+
+
+def _strings(entry: Mapping[str, Any], key: str, name: str) -> dict[str, str]:
+    value = entry.get(key, {})
+    if not isinstance(value, Mapping) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
+        raise McpError(f"The {key} of server '{name}' must map names to strings.")
+    return dict(value)
 
 
 def result_text(content: list[Any], structured: Any, is_error: bool,
@@ -178,7 +233,8 @@ class McpConnection:
 
         self._loop = asyncio.get_running_loop()
         self._closing = asyncio.Event()
-        async with self._transport() as streams, ClientSession(streams[0], streams[1]) as session:
+        async with _transport(self.server.filled()) as streams, \
+                ClientSession(streams[0], streams[1]) as session:
             await session.initialize()
             listed = await session.list_tools()
             self.tools = tuple(
@@ -188,19 +244,27 @@ class McpConnection:
             self._ready.set()
             await self._closing.wait()
 
-    def _transport(self) -> Any:
-        if self.server.url:
-            from mcp.client.streamable_http import (  # noqa: PLC0415
-                streamable_http_client,
-            )
 
-            return streamable_http_client(self.server.url)
-        from mcp import StdioServerParameters  # noqa: PLC0415
-        from mcp.client.stdio import stdio_client  # noqa: PLC0415
+@contextlib.asynccontextmanager
+async def _transport(server: McpServer) -> AsyncIterator[Any]:
+    """The streams to ``server``: its process's stdin and stdout, or its url."""
+    if server.url:
+        import httpx2  # noqa: PLC0415 - the SDK's own HTTP client
+        from mcp.client.streamable_http import streamable_http_client  # noqa: PLC0415
 
-        return stdio_client(StdioServerParameters(
-            command=self.server.command, args=list(self.server.args),
-            env=dict(self.server.env) or None))
+        # The SDK's own timeouts for a client it makes; a server may hold a stream open.
+        timeout = httpx2.Timeout(30.0, read=300.0)
+        async with httpx2.AsyncClient(headers=dict(server.headers), timeout=timeout) as http, \
+                streamable_http_client(server.url, http_client=http) as streams:
+            yield streams
+        return
+    from mcp import StdioServerParameters  # noqa: PLC0415
+    from mcp.client.stdio import stdio_client  # noqa: PLC0415
+
+    async with stdio_client(StdioServerParameters(
+            command=server.command, args=list(server.args),
+            env=dict(server.env) or None)) as streams:
+        yield streams
 
 
 def _closed(err: BaseException) -> bool:

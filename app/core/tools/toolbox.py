@@ -76,9 +76,10 @@ class Toolbox:
         return found, problems
 
     def enabled(self) -> list[McpServer]:
+        on = [s for s in self.servers() if not s.disabled]
         if self.session_servers is not None:
-            return self.servers()
-        return [s for s in self.servers() if s.name not in self.settings.tools_off]
+            return on
+        return [s for s in on if s.name not in self.settings.tools_off]
 
     def _config(self) -> object:
         if self.session_servers is not None:

@@ -2,11 +2,14 @@
 
 Servers are kept as the ``mcpServers`` JSON of Claude Desktop, LM Studio and Cursor
 holds them, so a file from one of those imports as it is. Every entry is checked with
-``mcp_tools.read_config`` before it is saved: what is stored can always be started.
+``mcp_tools.read_config`` before it is saved: what is stored can always be started. Its
+env values and headers go to the keyring (``McpServer.kept``), never to settings.json;
+a server the file says is ``disabled`` comes in switched off.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shlex
@@ -31,7 +34,8 @@ from PySide6.QtWidgets import (
 )
 
 from app.core.settings import Settings
-from app.core.tools.mcp_tools import McpError, McpServer, read_config
+from app.core.tools import mcp_keys
+from app.core.tools.mcp_tools import McpError, read_config
 from app.ui.settings.form_parts import button_row, line_edit, note
 
 NAME_ROLE = Qt.ItemDataRole.UserRole
@@ -167,7 +171,7 @@ class ToolsPage(QWidget):
         except McpError as err:
             self._say(str(err))
             return
-        self.prefs.mcp_servers = {**self.prefs.mcp_servers, name: _entry(server)}
+        self.prefs.mcp_servers = {**self.prefs.mcp_servers, name: server.kept().entry()}
         self._changed()
         for edit in (self.name_edit, self.command_edit, self.url_edit):
             edit.clear()
@@ -185,15 +189,22 @@ class ToolsPage(QWidget):
         if not found:
             return self._fail(f"{path.name} names no tool server.")
         servers = dict(self.prefs.mcp_servers)
+        off = list(self.prefs.tools_off)
         replaced = []
         for server in found:
-            entry = _entry(server)
+            # Off as the file says, by the page's own switch: the user can turn it on.
+            entry = dataclasses.replace(server.kept(), disabled=False).entry()
+            if server.disabled and server.name not in off:
+                off.append(server.name)
             if server.name in servers:
                 replaced.append(server.name)
                 if servers[server.name] != entry:
                     self._forget_allowed(server.name)  # another program: ask again
+                if _keeps_keys(servers[server.name]) and not _keeps_keys(entry):
+                    mcp_keys.forget(server.name)
             servers[server.name] = entry
         self.prefs.mcp_servers = servers
+        self.prefs.tools_off = off
         self._changed()
         count = len(found)
         text = f"Imported {count} tool server{'' if count == 1 else 's'}: " \
@@ -216,6 +227,11 @@ class ToolsPage(QWidget):
         off = [n for n in self.prefs.tools_off if n != name]
         if item.checkState() != Qt.CheckState.Checked:
             off.append(name)
+        else:  # a hand-edited "disabled" gives way to the switch
+            entry = self.prefs.mcp_servers.get(name)
+            if isinstance(entry, dict) and "disabled" in entry:
+                self.prefs.mcp_servers = {**self.prefs.mcp_servers, name: {
+                    k: v for k, v in entry.items() if k != "disabled"}}
         self.prefs.tools_off = off
         self._save()
         self._say(f"{name} is {'on' if name not in off else 'off'}.")
@@ -226,6 +242,8 @@ class ToolsPage(QWidget):
         if item is None:
             return
         name = item.data(NAME_ROLE)
+        if _keeps_keys(self.prefs.mcp_servers.get(name)):
+            mcp_keys.forget(name)
         self.prefs.mcp_servers = {n: e for n, e in self.prefs.mcp_servers.items() if n != name}
         # A later server of the same name starts switched on and asks about its tools.
         self.prefs.tools_off = [n for n in self.prefs.tools_off if n != name]
@@ -271,8 +289,9 @@ class ToolsPage(QWidget):
                 item.setToolTip(text)  # a long command line is cut in the list
                 item.setData(NAME_ROLE, name)
                 item.setFlags(item.flags() | Qt.ItemFlag.ItemIsUserCheckable)
-                item.setCheckState(Qt.CheckState.Unchecked if name in self.prefs.tools_off
-                                   else Qt.CheckState.Checked)
+                off = name in self.prefs.tools_off or (
+                    isinstance(entry, dict) and entry.get("disabled") is True)
+                item.setCheckState(Qt.CheckState.Unchecked if off else Qt.CheckState.Checked)
                 self.server_list.addItem(item)
         finally:
             self._filling = False
@@ -285,11 +304,9 @@ class ToolsPage(QWidget):
         self.problem.setText(text)
 
 
-def _entry(server: McpServer) -> dict[str, Any]:
-    """The server as an ``mcpServers`` entry."""
-    if server.url:
-        return {"url": server.url}
-    return {"command": server.command, "args": list(server.args), "env": dict(server.env)}
+def _keeps_keys(entry: Any) -> bool:
+    """The entry's env values and headers are in the keyring (``McpServer.kept``)."""
+    return isinstance(entry, dict) and bool(entry.get("keptIn"))
 
 
 def _describe(name: str, entry: Any) -> str:
