@@ -222,7 +222,12 @@ def _has_driver() -> bool:
 
 
 def _cuda_arch() -> str | None:
-    """The CUDA architectures of the cards here ("9.0" -> "90"), from nvidia-smi."""
+    """The CUDA architectures to build: CMake's own ``CUDAARCHS`` when set (a machine
+    without a card, or one card of several), else the cards' here ("9.0" -> "90"), from
+    nvidia-smi."""
+    named = os.environ.get("CUDAARCHS", "").strip()
+    if named:
+        return named
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
                              capture_output=True, text=True, timeout=30, check=True).stdout

@@ -2,7 +2,7 @@
 
     python tests/benchmarks/bench_gpu.py [ROUNDS]
 
-For each bundled model: a prompt of about 3,000 tokens (time to first token) and 256
+For each bundled model: a prompt of 3,000 of its tokens (time to first token) and 256
 greedy tokens (tokens/s), loaded with every layer on the GPU and then with none, rounds
 alternated, medians and the GPU / CPU ratio of each round. Where llama.cpp has no GPU
 it says so and stops (make bench runs it everywhere). The comparison with llama.cpp's
@@ -24,12 +24,16 @@ from app.core.models import bundled
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import templates
 from app.core.reply.replies import ReplyStats
+from tests.gpu.prompts import exact_prompt
 
-LONG = " ".join(f"word{i}" for i in range(700))  # about 3,000 tokens
+LONG = 3000  # prompt tokens, in the model's own vocabulary
 
 
-def run(engine: Engine, text: str, tokens: int) -> ReplyStats:
+def run(engine: Engine, text: str | int, tokens: int) -> ReplyStats:
+    """``text``: a user message, or a prompt of that many tokens."""
     def prompt(session: Session) -> PromptPlan:
+        if isinstance(text, int):
+            return exact_prompt(session, text)
         return PromptPlan(session.encode(templates.render(
             session.template, [{"role": "user", "content": text}])))
 

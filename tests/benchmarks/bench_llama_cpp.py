@@ -8,7 +8,8 @@
 built from (``vendor/llama.cpp`` in the llama-cpp-python sdist, fetched as
 packaging/llama_build.py fetches it), the way that script builds the native wheel
 (``-DGGML_NATIVE=ON``, no AMX, Release, shared libraries), only the ``llama-bench``
-target, ``nice -n 10`` with at most 2 jobs (``--jobs``). It is kept in
+target, ``nice -n 10`` with at most 2 jobs (``--jobs``), with the running venv's
+``cmake`` and ``ninja`` (PyPI's wheels) before the system's. It is kept in
 ``~/.cache/fireside-build/llama-bench/<version>-native-<tag>``, the tag a hash of the
 version, CMake and compiler flags and the CPU, as the wheels are, so a second run
 reuses it.
@@ -28,11 +29,13 @@ engine and llama-bench run by run (Fireside, llama-bench, Fireside, ...):
 with llama-bench given Fireside's own settings (threads, batch and micro-batch, flash
 attention, KV cache type, weights read in rather than mapped). One difference stays:
 Fireside asks for its weights in 2 MB pages (app/core/llama/huge_pages.py), which a system
-set to ``madvise`` gives llama-bench only where it asks, and it does not. The engine loads the
-model again for each round, as each llama-bench run loads it. Prints the medians, the
-ratio Fireside / llama-bench (the median of the per-round ratios, and their range) and
-every way in which the two configurations still differ. ``--quick``: one round, no
-3,000-token prompt, 64 decoded tokens.
+set to ``madvise`` gives llama-bench only where it asks, and it does not. So Fireside runs
+twice in each round, on two engines: as it is, and with that request left out (its
+weights in the pages the system gives unasked, as llama-bench's are); the table has a
+ratio for each. The engines load the model again for each round, as each llama-bench
+run loads it. Prints the medians, the ratios Fireside / llama-bench (the median of the
+per-round ratios, and their range) and every way in which the two configurations still
+differ. ``--quick``: one round, no 3,000-token prompt, 64 decoded tokens.
 
 ``--gpu-layers N``: both sides on the GPU. Fireside's engine loads with N layers offloaded
 (``LoadOptions.gpu_layers``, capped at the model's count) and llama-bench gets ``-ngl``
@@ -46,6 +49,7 @@ compile as the rest of the wheel). Without it, both sides run on the CPU.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import hashlib
 import json
 import logging
@@ -61,6 +65,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -68,7 +73,7 @@ sys.path.insert(0, str(ROOT))
 import llama_cpp  # noqa: E402
 
 import tests.llama_build  # noqa: E402
-from app.core.llama import llama_runtime  # noqa: E402, F401 - routes the log
+from app.core.llama import huge_pages, llama_runtime  # noqa: E402, F401 - routes the log
 from app.core.llama.engine import (  # noqa: E402
     Engine,
     PromptPlan,
@@ -120,6 +125,15 @@ def bench_folder() -> Path:
     return BENCH_BUILDS / f"{llama_build.LLAMA_VERSION}-native-{tag}"
 
 
+def build_tool(name: str) -> str | None:
+    """``cmake`` or ``ninja``: the running venv's own (its PyPI wheel) before the system's.
+    A GPU machine may have neither on PATH: CUDA toolkits ship no CMake."""
+    for folder in (Path(sys.executable).parent, Path(sys.prefix) / "bin"):
+        if (folder / name).is_file() and os.access(folder / name, os.X_OK):
+            return str(folder / name)
+    return shutil.which(name)
+
+
 def build_llama_bench(jobs: int = JOBS) -> tuple[Path, dict[str, Any]]:
     """The cached llama-bench, built now if it is not there; and how it was built."""
     folder = bench_folder()
@@ -134,7 +148,10 @@ def build_llama_bench(jobs: int = JOBS) -> tuple[Path, dict[str, Any]]:
     for name in ("CFLAGS", "CXXFLAGS"):
         env[name] = " ".join(filter(None, [os.environ.get(name, ""), flags]))
     nice = ["nice", "-n", "10"] if shutil.which("nice") else []
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    cmake, ninja = build_tool("cmake"), build_tool("ninja")
+    if cmake is None:
+        raise SystemExit("building llama-bench needs CMake: pip install cmake ninja")
+    generator = ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"] if ninja else []
     started = time.monotonic()
     BENCH_BUILDS.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fireside-llama-bench-") as tmp:
@@ -142,11 +159,11 @@ def build_llama_bench(jobs: int = JOBS) -> tuple[Path, dict[str, Any]]:
         source = llama_build._sdist(Path(tmp)) / "vendor" / "llama.cpp"
         fetched = time.monotonic()
         build = Path(tmp) / "build"
-        llama_build._log(f"building llama-bench: {cmake_args()} CFLAGS/CXXFLAGS={flags!r}, "
-                         f"{jobs} jobs (minutes)")
-        subprocess.run([*nice, "cmake", "-S", str(source), "-B", str(build), *generator,
+        llama_build._log(f"building llama-bench with {cmake} ({ninja or 'make'}): "
+                         f"{cmake_args()} CFLAGS/CXXFLAGS={flags!r}, {jobs} jobs (minutes)")
+        subprocess.run([*nice, cmake, "-S", str(source), "-B", str(build), *generator,
                         *cmake_args()], check=True, env=env, stdout=subprocess.DEVNULL)
-        subprocess.run([*nice, "cmake", "--build", str(build), "--target", "llama-bench",
+        subprocess.run([*nice, cmake, "--build", str(build), "--target", "llama-bench",
                         "-j", str(jobs)], check=True, env=env, stdout=subprocess.DEVNULL)
         compiled = time.monotonic()
         staging = Path(tempfile.mkdtemp(prefix=f".{folder.name}-", dir=BENCH_BUILDS))
@@ -285,7 +302,7 @@ def fireside_prompt(engine: Engine, tokens: list[int]) -> float:
     engine.clear().result()
     engine.clear_states().result()
     reply = engine.generate(lambda _session: PromptPlan(list(tokens)),
-                            Sampling(max_tokens=1, seed=1), lambda _piece: None).future.result()
+                            Sampling(max_tokens=1, seed=1)).future.result()
     return len(tokens) / reply.stats.ttft_s
 
 
@@ -304,8 +321,8 @@ def fireside_decode(engine: Engine, n: int, seed: int,
     for attempt in range(tries):
         engine.clear().result()
         engine.clear_states().result()
-        reply = engine.generate(build, Sampling(max_tokens=n + 1, seed=seed + 1000 * attempt),
-                                lambda _piece: None).future.result()
+        reply = engine.generate(build, Sampling(max_tokens=n + 1,
+                                                seed=seed + 1000 * attempt)).future.result()
         best = max(best, (reply.stats.tokens_per_s, reply.stats.tokens,
                           reply.stats.prompt_tokens), key=lambda r: r[1])
         if reply.stats.tokens > n:
@@ -342,10 +359,15 @@ class Row:
     test: str
     fireside: list[float] = field(default_factory=list)
     bench: list[float] = field(default_factory=list)
+    # Fireside without its 2 MB page request: empty where that changes nothing here.
+    plain: list[float] = field(default_factory=list)
     note: str = ""
 
     def ratios(self) -> list[float]:
         return [f / b for f, b in zip(self.fireside, self.bench, strict=True)]
+
+    def plain_ratios(self) -> list[float]:
+        return [f / b for f, b in zip(self.plain, self.bench, strict=True)]
 
 
 def spread(values: list[float]) -> str:
@@ -368,9 +390,32 @@ def differences(ours: dict[str, Any], theirs: dict[str, Any], prompt: bool) -> l
     return [f"{name}: Fireside {a}, llama-bench {b}" for name, a, b in pairs if a != b]
 
 
-def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
+def transparent_huge_pages() -> str | None:
+    """The system's setting: "always", "madvise" or "never"; None where there is none."""
+    try:
+        setting = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+    except OSError:
+        return None
+    return setting[setting.index("[") + 1:setting.index("]")] if "[" in setting else None
+
+
+def pages_differ() -> bool:
+    """Whether Fireside's 2 MB page request can change anything here."""
+    return transparent_huge_pages() in ("always", "madvise")
+
+
+def load(engine: Engine, path: Path, options: LoadOptions, *, huge: bool) -> None:
+    """``huge=False``: the weights stay in the pages the system gives unasked, as
+    llama-bench's do (Fireside's request, huge_pages.advise, left out of this load)."""
+    unasked = mock.patch.object(huge_pages, "advise", return_value=0)
+    with contextlib.nullcontext() if huge else unasked:
+        engine.load(path, options).result()
+
+
+def measure_model(path: Path, binary: Path, engines: dict[bool, Engine], *, rounds: int,
                   prompts: tuple[int, ...], decode: int, libs: Path | None = None,
                   idle_s: float = 0.0, gpu_layers: int = 0) -> tuple[list[Row], list[str]]:
+    """``engines``: by whether it asks for 2 MB pages (True: Fireside as it runs)."""
     vocab = read_vocab(path)
     options = LoadOptions(gpu_layers=str(gpu_layers) if gpu_layers else "off")
     rng = random.Random(1234)
@@ -379,24 +424,33 @@ def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
     config_notes: list[str] = []
     produced: list[int] = []
     depths: set[int] = set()
+    plain = engines.get(False)
     for _ in range(rounds):
         # Loaded afresh each round, as each llama-bench run loads the model: where the
         # weights land in memory moves decoding by up to 10 % from one load to the next
         # here (measured), and one load would tie all of Fireside's figures to one draw.
-        engine.load(path, options).result()
-        settings = fireside_settings(engine)
-        # Warm-up, as llama-bench warms up before each test: first contact with the kernels.
-        fireside_prompt(engine, vocab.random_prompt(min(prompts), rng))
+        for huge, engine in engines.items():
+            load(engine, path, options, huge=huge)
+            # Warm-up, as llama-bench warms up before each test: first contact with the
+            # kernels.
+            fireside_prompt(engine, vocab.random_prompt(min(prompts), rng))
+        settings = fireside_settings(engines[True])
         for row, n in zip(rows, [*prompts, 0], strict=True):
             if idle_s:
                 wait_for_idle(idle_s)
             if n:
-                row.fireside.append(fireside_prompt(engine, vocab.random_prompt(n, rng)))
+                tokens = vocab.random_prompt(n, rng)
+                row.fireside.append(fireside_prompt(engines[True], tokens))
+                if plain is not None:
+                    row.plain.append(fireside_prompt(plain, tokens))
                 result = run_llama_bench(binary, path, ["-p", str(n), "-n", "0"], settings,
                                          prompt=True, libs=libs)
             else:
-                rate, count, depth = fireside_decode(engine, decode, seed=11 + len(produced))
+                seed = 11 + len(produced)
+                rate, count, depth = fireside_decode(engines[True], decode, seed=seed)
                 row.fireside.append(rate)
+                if plain is not None:
+                    row.plain.append(fireside_decode(plain, decode, seed=seed)[0])
                 produced.append(count)
                 depths.add(depth)
                 # The same steps at the same depth: a reply that ended early (a base
@@ -409,7 +463,8 @@ def measure_model(path: Path, binary: Path, engine: Engine, *, rounds: int,
             for diff in differences(settings, result, prompt=bool(n)):
                 if f"{row.test}: {diff}" not in config_notes:
                     config_notes.append(f"{row.test}: {diff}")
-            print(f"  {name} {row.test}: Fireside {row.fireside[-1]:8.1f} tok/s, "
+            without = f", without 2 MB pages {row.plain[-1]:8.1f}" if row.plain else ""
+            print(f"  {name} {row.test}: Fireside {row.fireside[-1]:8.1f} tok/s{without}, "
                   f"llama-bench {row.bench[-1]:8.1f} tok/s  (load {load_average()})",
                   flush=True)
     low, high = (min(decode, n - 1) for n in (min(produced), max(produced)))
@@ -441,14 +496,17 @@ INHERENT = (
 def huge_pages_note() -> str | None:
     """How the weights' pages differ: Fireside asks for 2 MB pages (app/core/llama/huge_pages.py),
     which a system set to ``madvise`` gives only to programs that ask."""
-    try:
-        setting = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
-    except OSError:
+    mode = transparent_huge_pages()
+    if mode is None:
         return None
-    mode = setting[setting.index("[") + 1:setting.index("]")] if "[" in setting else "?"
     if mode == "madvise":
         return ("weights: in 2 MB pages in Fireside, which asks for them; in 4 KB pages in "
-                "llama-bench (this system's transparent huge pages: madvise)")
+                "llama-bench (this system's transparent huge pages: madvise). 'w/o 2MB': "
+                "Fireside with its weights in 4 KB pages too")
+    if mode == "always":
+        return ("weights: in 2 MB pages on both sides (transparent huge pages: always); "
+                "'w/o 2MB': Fireside without its own request, which then changes only how "
+                "hard the kernel tries to find them")
     return f"weights: the same pages on both sides (transparent huge pages: {mode})"
 
 
@@ -528,37 +586,48 @@ def measure_models(models: list[Path], binary: Path, *, rounds: int, prompts: tu
     """Every model's rows, and where its configurations differ, on one engine."""
     rows: list[Row] = []
     notes: dict[str, list[str]] = {}
-    engine = Engine()
+    # Both stay loaded through a round (twice the model's memory), so that each test
+    # runs its three sides back to back.
+    engines = {huge: Engine() for huge in ((True, False) if pages_differ() else (True,))}
     try:
         for path in models:
-            model_rows, model_notes = measure_model(path, binary, engine, rounds=rounds,
+            model_rows, model_notes = measure_model(path, binary, engines, rounds=rounds,
                                                     prompts=prompts, decode=decode, libs=libs,
                                                     idle_s=idle_s, gpu_layers=gpu_layers)
             rows += model_rows
             notes[path.name] = model_notes
     finally:
-        engine.close()
+        for engine in engines.values():
+            engine.close()
     return rows, notes
+
+
+def ratio_columns(ratios: list[float]) -> str:
+    if not ratios:
+        return f"{'-':>6} {'-':>11}"
+    spread_of = f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else "-"
+    return f"{statistics.median(ratios):6.3f} {spread_of:>11}"
 
 
 def print_table(rows: list[Row], cpu: str) -> None:
     print(f"CPU: {cpu}, threads {default_threads()}, load average at end: {load_average()}")
     header = (f"{'model':<30} {'test':<7} {'Fireside':>9} {'(range)':>11} "
-              f"{'llama-bench':>11} {'(range)':>11} {'ratio':>6} {'(range)':>11} "
-              f"{'best/best':>9}")
+              f"{'w/o 2MB':>9} {'llama-bench':>11} {'(range)':>11} {'ratio':>6} "
+              f"{'(range)':>11} {'w/o 2MB':>6} {'(range)':>11} {'best/best':>9}")
     print(header)
     print("-" * len(header))
     for row in rows:
-        ratios = row.ratios()
-        ratio_range = (f"{min(ratios):.2f}-{max(ratios):.2f}" if len(ratios) > 1 else "-")
+        plain = f"{statistics.median(row.plain):9.1f}" if row.plain else f"{'-':>9}"
         print(f"{row.model[:30]:<30} {row.test:<7} {statistics.median(row.fireside):9.1f} "
-              f"{spread(row.fireside):>11} {statistics.median(row.bench):11.1f} "
-              f"{spread(row.bench):>11} {statistics.median(ratios):6.3f} {ratio_range:>11} "
+              f"{spread(row.fireside):>11} {plain} {statistics.median(row.bench):11.1f} "
+              f"{spread(row.bench):>11} {ratio_columns(row.ratios())} "
+              f"{ratio_columns(row.plain_ratios())} "
               f"{max(row.fireside) / max(row.bench):9.3f}"
               + (f"  {row.note}" if row.note else ""))
     print("ratio: Fireside / llama-bench, the median of the per-round ratios (1.0 is the "
-          "speed limit); best/best: the fastest run of each, the figure least touched by "
-          "other work on the machine.")
+          "speed limit); w/o 2MB: the same for Fireside without its request for 2 MB pages "
+          "(llama-bench makes none; '-': it changes nothing on this system); best/best: the "
+          "fastest run of each, the figure least touched by other work on the machine.")
 
 
 def print_differences(notes: dict[str, list[str]]) -> None:

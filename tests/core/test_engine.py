@@ -180,7 +180,8 @@ def test_stop_during_generation_keeps_the_text_so_far(engine: Engine,
 
 def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,
                                        reference: Reference) -> None:
-    engine.load(smollm2_path).result()
+    # On the CPU, whose prompt reading is slow enough to stop in (tests/gpu: a GPU's).
+    engine.load(smollm2_path, LoadOptions(gpu_layers="off")).result()
     long_prompt = " ".join(f"word{i}" for i in range(1700))  # about 7,000 tokens
     handle = engine.generate(lambda s: PromptPlan(s.encode(_render(s, long_prompt))),
                              GREEDY)
@@ -197,7 +198,8 @@ def test_stop_during_prompt_processing(engine: Engine, smollm2_path: Path,
     assert after.text.strip() and after.stats.finish_reason in {"stop", "length"}
     # ...and a new chat answers as llama-cpp-python itself does.
     engine.clear().result()
-    assert ask(engine, user(PROBE)).text == reference.reply(smollm2_path, PROBE, GREEDY)
+    assert ask(engine, user(PROBE)).text == reference.reply(smollm2_path, PROBE, GREEDY,
+                                                            gpu_layers=0)
 
 
 def test_close_mid_generation_finishes_the_thread(gemma_path: Path) -> None:

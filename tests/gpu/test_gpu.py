@@ -11,13 +11,14 @@ from pathlib import Path
 
 import pytest
 
-from app.core.backend import PromptPlan
+from app.core.backend import PromptPlan, Session
 from app.core.llama import devices, offload
 from app.core.llama.engine import Engine
 from app.core.models.gguf import read_header
 from app.core.options import LoadOptions, Sampling
-from app.core.reply import templates
 from tests.core.helpers import ask, fresh_process_reply, user
+from tests.gpu.prompts import exact_prompt
+from tests.reference import Reference
 
 HARDWARE = devices.survey()
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(
@@ -44,19 +45,16 @@ def model(request: pytest.FixtureRequest, smollm2_path: Path, gemma_path: Path) 
     return smollm2_path if request.param == "smollm2" else gemma_path
 
 
-def test_fully_offloaded_models_write_what_the_cpu_writes(model: Path) -> None:
-    texts = {}
-    for where in ("all", "off"):
-        engine = Engine()
-        try:
-            loaded = engine.load(model, LoadOptions(gpu_layers=where)).result()
-            assert loaded.placement is not None
-            expected = loaded.placement.n_layers if where == "all" else 0
-            assert loaded.placement.gpu_layers == expected
-            texts[where] = ask(engine, user(STORY), FIRST_32).text
-        finally:
-            engine.close()
-    assert texts["all"] and texts["all"] == texts["off"]
+def test_fully_offloaded_models_write_what_llama_cpp_writes_on_the_gpu(
+        model: Path, engine: Engine, reference: Reference) -> None:
+    """Against raw llama-cpp-python with the same layers on the same GPU (tests/reference.py),
+    not against the CPU: a GPU's greedy words differ from a CPU's as two CPUs' do."""
+    loaded = engine.load(model, LoadOptions(gpu_layers="all")).result()
+    assert loaded.placement is not None
+    assert loaded.placement.gpu_layers == loaded.placement.n_layers
+    text = ask(engine, user(STORY), FIRST_32).text
+    assert text and text == reference.reply(model, STORY, FIRST_32,
+                                            gpu_layers=loaded.placement.gpu_layers)
 
 
 def test_the_fit_predicts_the_device_memory_a_load_takes(
@@ -97,26 +95,34 @@ def test_a_margin_leaving_room_for_half_the_layers_loads_a_partial_offload(
 
 def test_30_switches_give_the_device_memory_back(engine: Engine, smollm2_path: Path,
                                                  gemma_path: Path) -> None:
-    after_first = None
+    """Each model's device memory loaded for the last time against its first load:
+    Gemma after switch 29 against switch 1, SmolLM2 after 30 against 2."""
+    first: dict[Path, int] = {}
+    last: dict[Path, int] = {}
     for i in range(30):
         path = gemma_path if i % 2 == 0 else smollm2_path
         engine.load(path, LoadOptions(gpu_layers="all")).result()
-        assert ask(engine, user("Hello"), FIRST_32).text.strip(), f"switch {i}"
-        if i == 0:
-            after_first = device_free()
-        if i == 28:  # Gemma again, as after the first
-            assert after_first is not None
-            drift = after_first - device_free()
-            print(f"device memory after 29 switches: {drift / MIB:+.1f} MiB")
-            assert abs(drift) <= 64 * MIB
+        assert ask(engine, user("Hello"), FIRST_32).text.strip(), f"switch {i + 1}"
+        first.setdefault(path, device_free())
+        last[path] = device_free()
+    for path in (gemma_path, smollm2_path):
+        drift = first[path] - last[path]
+        print(f"device memory taken after 30 switches, {path.name} loaded: "
+              f"{drift / MIB:+.1f} MiB against its first load")
+        assert abs(drift) <= 64 * MIB
 
 
 def test_stop_during_prompt_reading_on_the_gpu(engine: Engine, gemma_path: Path) -> None:
-    # A prompt long enough to take a while even on a fast card.
+    # A prompt long enough to take a while even on a fast card, counted in Gemma's tokens.
     engine.load(gemma_path, LoadOptions(gpu_layers="all", n_ctx=32768)).result()
-    long_prompt = " ".join(f"word{i}" for i in range(7500))  # about 31,000 tokens
-    handle = engine.generate(lambda s: PromptPlan(s.encode(templates.render(
-        s.template, user(long_prompt)))), Sampling(temperature=0.0, max_tokens=8))
+    sent: list[int] = []
+
+    def build(session: Session) -> PromptPlan:
+        plan = exact_prompt(session, 31_000)
+        sent.append(len(plan.tokens))
+        return plan
+
+    handle = engine.generate(build, Sampling(temperature=0.0, max_tokens=8))
     deadline = time.monotonic() + 30
     while engine._active is not handle and not handle.future.done():
         assert time.monotonic() < deadline, "the reply never started"
@@ -127,6 +133,7 @@ def test_stop_during_prompt_reading_on_the_gpu(engine: Engine, gemma_path: Path)
     took = time.monotonic() - asked
     # A figure for the log (make test-gpu runs with -s), not a timed assert.
     print(f"stop during prompt reading on the GPU: {took * 1000:.0f} ms")
+    assert sent == [31_000]
     assert reply.stats.stopped and reply.stats.tokens == 0
 
 

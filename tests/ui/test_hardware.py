@@ -43,23 +43,24 @@ def commit(box: QComboBox, text: str) -> None:
     line.editingFinished.emit()
 
 
-def test_on_this_cpu_build_the_page_lists_the_cpu_and_says_why_models_stay_there(
+def test_without_a_gpu_the_page_lists_the_cpu_and_says_why_models_stay_there(
         open_window: WindowFactory, qtbot: Any, smollm2_path: Path) -> None:
+    """A CPU build, or a GPU build on a machine without the GPU (or its driver)."""
     window = open_window()
     found = devices.survey()
     if found.unavailable is None:
-        pytest.skip("a GPU build: tests/gpu")
+        pytest.skip("llama.cpp has a GPU here: tests/gpu")
     page = hardware_page(window)
     listed = page.findChild(QListWidget, "deviceList")
     texts = [listed.item(i).text() for i in range(listed.count())]
     cpu = next(d for d in found.devices if d.kind == "cpu")
     assert any(t.startswith(f"{cpu.description} · CPU · ") and "free of" in t for t in texts)
     why = page.findChild(QLabel, "whyCpuNote")
-    assert why.isVisible() and "built for the CPU only" in why.text()
+    assert why.isVisible() and found.unavailable in why.text()
     assert not page.findChild(QComboBox, "gpuLayersBox").isEnabled()
     assert not page.findChild(QSpinBox, "gpuMarginBox").isEnabled()
     status = window.findChild(QLabel, "placementLabel")
-    assert status.text() == "CPU" and "built for the CPU only" in status.toolTip()
+    assert status.text() == "CPU" and found.unavailable in status.toolTip()
     assert "≈ " in picker_line(window, smollm2_path)  # RAM only, as before
 
 
