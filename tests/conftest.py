@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,6 +12,7 @@ import pytest
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 from app.core.models import bundled, sources
+from tests.loopback_hub import LoopbackHub
 
 if TYPE_CHECKING:
     from tests.reference import Reference
@@ -126,3 +127,13 @@ def thinking_model_path(smollm2_path: Path, tmp_path_factory: pytest.TempPathFac
     return copy_with_metadata(smollm2_path, folder / "SmolLM2-Thinking-135M.gguf",
                               {"tokenizer.chat_template": THINKING_TEMPLATE.read_text(),
                                "general.name": "SmolLM2 Thinking 135M"})
+
+
+@pytest.fixture
+def hub_server() -> Iterator[LoopbackHub]:
+    """A Hugging Face Hub on loopback (tests/loopback_hub.py), empty: a test adds repos."""
+    server = LoopbackHub()
+    try:
+        yield server
+    finally:
+        server.close()

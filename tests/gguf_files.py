@@ -80,6 +80,17 @@ def write_gguf(
     return path
 
 
+def tiny_model(folder: Path, name: str = "tiny-Q8_0.gguf", megabytes: int = 8,
+               fill: float = 1.0) -> Path:
+    """A real GGUF file of about ``megabytes`` with a vocabulary in its header (what the
+    Hub's tests serve; ``fill`` makes two versions of one file differ)."""
+    rows = megabytes * 1024 * 1024 // (4 * 256)
+    return write_gguf(folder / name, metadata={"general.name": "Tiny",
+                                               "llama.context_length": 2048},
+                      vocab_size=2000,
+                      tensors={"token_embd.weight": np.full((rows, 256), fill, np.float32)})
+
+
 def write_split(
     path: Path,
     shards: int,

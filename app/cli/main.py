@@ -1,5 +1,5 @@
-"""The terminal commands of ``fireside``: ``models``, ``chat``, ``serve``, ``export``,
-``servers`` and ``devices``."""
+"""The terminal commands of ``fireside``: ``models``, ``search``, ``pull``, ``chat``,
+``serve``, ``export``, ``servers`` and ``devices``."""
 
 from __future__ import annotations
 
@@ -43,6 +43,7 @@ def _parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
     # The order of the commands here is the order `--help` lists them in.
     _add_models(commands)
+    _add_hub(commands)
     _add_chat(commands)
     _add_servers(commands)
     _add_serve(commands)
@@ -117,6 +118,26 @@ def _add_tools(chat: argparse.ArgumentParser) -> None:
                       help="run every tool call without asking (for runs without a person)")
     chat.add_argument("--tool-choice", default="auto", metavar="auto|required|none|NAME",
                       help="whether the model may, must or must not call a tool, or which")
+
+
+def _add_hub(commands: _Commands[argparse.ArgumentParser]) -> None:
+    search = commands.add_parser("search", help="search the Hugging Face Hub for GGUF models "
+                                 "(connects to the Hub, or HF_ENDPOINT)")
+    search.add_argument("text", nargs="?", default="", help="words in the repository's name")
+    search.add_argument("--sort", choices=["downloads", "likes", "recent"],
+                        default="downloads")
+    search.add_argument("--json", action="store_true", help="one JSON object per repository")
+    pull = commands.add_parser("pull", help="download a model from the Hub into Fireside's "
+                               "models folder (resumes where it stopped)")
+    pull.add_argument("ref", metavar="OWNER/REPO[:QUANT]",
+                      help="a repository, and a quantization (default: the one that fits "
+                           "this machine best)")
+    pull.add_argument("--file", metavar="NAME", help="the repository's file to download")
+    pull.add_argument("--dry-run", action="store_true",
+                      help="say what would be downloaded and whether it fits; download no "
+                           "weights")
+    pull.add_argument("--json", action="store_true",
+                      help="events as JSON lines: plan, progress, downloaded or error")
 
 
 def _add_servers(commands: _Commands[argparse.ArgumentParser]) -> None:
@@ -231,7 +252,7 @@ def parse(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run a terminal command (``models``, ``chat``, ``export``)."""
+    """Run a terminal command (``models``, ``search``, ``pull``, ``chat``, ``export``...)."""
     if args.command == "models":
         return _models(args)
     if args.command == "export":
@@ -246,6 +267,10 @@ def run(args: argparse.Namespace) -> int:
         from app.cli.servers import run_servers  # noqa: PLC0415
 
         return run_servers(args)
+    if args.command in ("search", "pull"):
+        from app.cli import hub  # noqa: PLC0415
+
+        return hub.run_search(args) if args.command == "search" else hub.run_pull(args)
     from app.cli.terminal import run_chat  # noqa: PLC0415 - loads llama only when chatting
 
     return run_chat(args)

@@ -56,6 +56,7 @@ from app.core.backend import (
 from app.core.conversations.chat import ChatResult, ChatService, ChatTurn, ToolHooks, Tooling
 from app.core.conversations.notices import Notice, after_reply, base_model_note
 from app.core.conversations.store import Conversation, Message, Store, StoreError, open_store
+from app.core.hub.service import ModelHub
 from app.core.llama import cpu_backends, devices, offload
 from app.core.models.catalog import ModelEntry
 from app.core.models.library import ModelLibrary
@@ -117,6 +118,8 @@ class Fireside:
         self.chat = ChatService(engine, store)
         self.session = SessionSettings()
         self.library = ModelLibrary(prefs, models_dirs)
+        # The Hub: search and downloads, contacted only when the user asks.
+        self.hub = ModelHub(prefs)
         self.toolbox = Toolbox(prefs, save=self.save_settings)
         self._tools_in_new_chat = True  # the switch, for a conversation not created yet
         # Things the user should be told once, at the start: a settings file or database
@@ -168,7 +171,7 @@ class Fireside:
         known = prefs  # read at each load: servers added later are found too
         engine = Backends(engine, RemoteBackend(
             lambda name: next((s for s in servers.added(known.servers) if s.name == name),
-                              None), lambda: known.server_timeout_s))
+                              None), lambda: known.server_timeout_s, lambda: known.offline))
         notices.append(cpu_backends.notice() or "")  # once llama.cpp has chosen its CPU code
         core = cls(engine, store, prefs, models_dirs=models_dirs, save_settings=save_settings,
                    notices=notices, store_error=store_error)
@@ -532,6 +535,7 @@ class Fireside:
         deadline = time.monotonic() + EXIT_SAVE_S + EXIT_CLOSE_S
         self._closed.set()
         self.library.stop_watching()
+        self.hub.close()  # a download pauses: its bytes stay for the next start
         self._turns.shutdown(wait=False, cancel_futures=True)
         threading.Thread(target=self.toolbox.close, daemon=True).start()  # their processes end
         with self._lock:

@@ -79,6 +79,13 @@ class Settings:
     always_allowed_tools: list[str] = field(default_factory=list)  # "server/tool"
     max_tool_calls: int = 10  # per reply; then the model answers in words
     tool_timeout_s: float = 60.0  # a call that takes longer is cancelled
+    # The Hugging Face Hub, contacted only when the user searches or downloads: its
+    # address ("": HF_ENDPOINT, else the public Hub; a mirror goes here) and whether a
+    # token for gated models is kept in the keyring (its place, as servers' keys).
+    hub_endpoint: str = ""
+    hub_token_kept: str = ""  # "" none, else secrets.KeyStore
+    # Offline: every connection Fireside would make is refused, with a message.
+    offline: bool = False
 
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""

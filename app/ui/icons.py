@@ -25,6 +25,7 @@ _GLYPHS = {
                 '<circle cx="15" cy="7" r="2.2"/><circle cx="9" cy="17" r="2.2"/>',
     "close": '<path d="M6.5 6.5l11 11M17.5 6.5l-11 11"/>',
     "search": '<circle cx="11" cy="11" r="6.5"/><path d="M16 16l4.5 4.5"/>',
+    "download": '<path d="M12 4v11M7.5 10.5L12 15l4.5-4.5M5 19.5h14"/>',
 }
 
 

@@ -25,6 +25,8 @@ class TopBar(QFrame):
     """The user wants to see the models folder."""
     settings_requested = Signal()
     """The user wants the settings."""
+    get_models_requested = Signal()
+    """The user wants to find and download models (the Hub)."""
 
     def __init__(self, models_folder: str, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -43,6 +45,12 @@ class TopBar(QFrame):
         self.cancel_load_button.setAccessibleName("Cancel loading the model")
         self.cancel_load_button.setToolTip("Cancel loading (Esc)")
         self.cancel_load_button.clicked.connect(self.cancel_load_requested)
+        self.get_models_button = QPushButton("Get models", self)
+        self.get_models_button.setObjectName("getModelsButton")
+        self.get_models_button.setAccessibleName("Get models")
+        self.get_models_button.setToolTip("Search the Hugging Face Hub and download models "
+                                          "(Ctrl+Shift+M)")
+        self.get_models_button.clicked.connect(self.get_models_requested)
         self.models_folder_button = self._tool_button(
             "modelsFolderButton", "Open the models folder",
             f"Open the models folder ({models_folder})")
@@ -54,8 +62,8 @@ class TopBar(QFrame):
         row = QHBoxLayout(self)
         row.setContentsMargins(14, 8, 10, 8)
         row.setSpacing(10)
-        for widget in (self.picker, self.load_label, self.load_progress,
-                       self.cancel_load_button):
+        for widget in (self.picker, self.get_models_button, self.load_label,
+                       self.load_progress, self.cancel_load_button):
             row.addWidget(widget)
         row.addStretch(1)
         row.addWidget(self.models_folder_button)
@@ -76,6 +84,7 @@ class TopBar(QFrame):
         self.load_progress.setValue(round(fraction * 100))
 
     def apply_icons(self, color: QColor) -> None:
+        self.get_models_button.setIcon(icons.glyph("download", color, 16))
         self.models_folder_button.setIcon(icons.glyph("folder", color))
         self.settings_button.setIcon(icons.glyph("settings", color))
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase
-from PySide6.QtWidgets import QLabel, QStackedLayout, QWidget
+from PySide6.QtWidgets import QLabel, QPushButton, QStackedLayout, QVBoxLayout, QWidget
 
 from app.core.conversations.store import Message
 from app.core.reply.replies import ReplyStats, ToolRun
@@ -41,6 +41,8 @@ class TranscriptView(QWidget):
     """The user clicked an http, https or mailto link; the window decides what to do."""
     tool_decided = Signal(str, str)
     """The user answered for a tool call: its id and ALLOW_ONCE, ALLOW_ALWAYS or DENY."""
+    get_models_requested = Signal()
+    """The empty conversation's link: find and download models."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -51,14 +53,26 @@ class TranscriptView(QWidget):
         self._mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont).family()
         self._theme = theme_for(self.palette(), self._mono)
 
-        self._empty = QLabel(EMPTY_TEXT, self)
+        self._empty_page = QWidget(self)
+        self._empty = QLabel(EMPTY_TEXT, self._empty_page)
         self._empty.setObjectName("transcriptEmpty")
         self._empty.setAccessibleName("Empty conversation")
         self._empty.setAlignment(Qt.AlignmentFlag.AlignCenter)
         self._empty.setWordWrap(True)
+        self.get_models_link = QPushButton("Get models from the Hugging Face Hub…",
+                                           self._empty_page)
+        self.get_models_link.setObjectName("getModelsLink")
+        self.get_models_link.setFlat(True)
+        self.get_models_link.setCursor(Qt.CursorShape.PointingHandCursor)
+        self.get_models_link.clicked.connect(self.get_models_requested)
+        empty_column = QVBoxLayout(self._empty_page)
+        empty_column.addStretch(1)
+        empty_column.addWidget(self._empty)
+        empty_column.addWidget(self.get_models_link, 0, Qt.AlignmentFlag.AlignHCenter)
+        empty_column.addStretch(1)
         self._column = MessageColumn(self._build_row, self)
         self._stack = QStackedLayout(self)
-        self._stack.addWidget(self._empty)
+        self._stack.addWidget(self._empty_page)
         self._stack.addWidget(self._column)
 
         self._frame = QTimer(self)
@@ -74,7 +88,7 @@ class TranscriptView(QWidget):
         self._stop_stream()
         # The column must be on screen before rows are built, or they are first laid
         # out at the size of a hidden widget.
-        self._stack.setCurrentWidget(self._column if messages else self._empty)
+        self._stack.setCurrentWidget(self._column if messages else self._empty_page)
         self._column.set_entries([_entry(m) for m in messages])
         self._refresh_actions()
 
@@ -82,7 +96,7 @@ class TranscriptView(QWidget):
         """Show an empty conversation."""
         self._stop_stream()
         self._column.set_entries([])
-        self._stack.setCurrentWidget(self._empty)
+        self._stack.setCurrentWidget(self._empty_page)
 
     def set_empty_text(self, text: str) -> None:
         self._empty.setText(text)

@@ -53,6 +53,7 @@ if TYPE_CHECKING:
     from app.core.settings import Settings
     from app.ui.chat_controller import ChatController
     from app.ui.chat_pane import ChatPane
+    from app.ui.get_models import GetModelsDialog
     from app.ui.settings.dialog import SettingsDialog
     from app.ui.transcript import TranscriptView
 
@@ -89,6 +90,7 @@ class MainWindow(QMainWindow):
         self._shut_down = False
         self._announced_ready = False
         self._settings_dialog: SettingsDialog | None = None
+        self.get_models: GetModelsDialog | None = None
         self._model_to_open: Path | None = None  # opened before the core was ready
         self._empty_text = self._empty_text_for(None)
         # Short disk jobs kept off the GUI thread: settings, the database, model scans.
@@ -107,6 +109,7 @@ class MainWindow(QMainWindow):
         self.top_bar = TopBar(str(paths.models_dir()), self)
         self.top_bar.models_folder_requested.connect(desktop.open_models_folder)
         self.top_bar.settings_requested.connect(self.show_settings)
+        self.top_bar.get_models_requested.connect(self.show_get_models)
         self.picker = self.top_bar.picker
 
         self.message_bar = NoticeBar(self)
@@ -177,6 +180,7 @@ class MainWindow(QMainWindow):
             ("Stop", ["Esc"], self._on_escape),
             ("Write a message", ["Ctrl+L"], self.focus_composer),
             ("Choose a model", ["Ctrl+M"], self._on_choose_model),
+            ("Get models", ["Ctrl+Shift+M"], self.show_get_models),
             ("About Fireside", ["F1"], self.show_about),
         )
         for text, keys, slot in actions:
@@ -243,6 +247,7 @@ class MainWindow(QMainWindow):
         chat: ChatPane = pane_module.ChatPane(self, core, self._background)
         self.chat = chat
         chat.transcript.set_empty_text(self._empty_text)
+        chat.transcript.get_models_requested.connect(self.show_get_models)
         self.chat_view.addWidget(chat.transcript)
         self.chat_view.setCurrentWidget(chat.transcript)
         if self._settings_dialog is not None:
@@ -337,6 +342,23 @@ class MainWindow(QMainWindow):
             self._settings_dialog.raise_()
         self._settings_dialog.show()
         self._settings_dialog.activateWindow()
+
+    def show_get_models(self) -> None:
+        """The Get models window (the Hub): once the core is open, as it owns the hub."""
+        if self.chat is None:
+            notices.info("Fireside is still starting; Get models opens once it is ready.")
+            return
+        if self.get_models is None:
+            from app.ui.get_models import GetModelsDialog  # noqa: PLC0415 - on first use
+
+            chat = self.chat
+            dialog = GetModelsDialog(chat.models.core.hub, self)
+            dialog.use_requested.connect(chat.models.open_file)
+            dialog.downloaded.connect(lambda _job: chat.models.rescan())
+            self.get_models = dialog
+        self.get_models.show()
+        self.get_models.raise_()
+        self.get_models.activateWindow()
 
     def open_model(self, path: Path) -> None:
         """Add the model file at ``path`` to the models and load it (a file opened from

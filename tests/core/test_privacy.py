@@ -25,6 +25,8 @@ from app.core import paths, settings
 from app.core.conversations.store import Store
 from app.core.remote import servers
 from tests.core.helpers import PROBE
+from tests.gguf_files import tiny_model
+from tests.loopback_hub import LoopbackHub
 from tests.model_server import llama_server
 
 CALL = re.compile(r"^\d+\s+(?:<\.\.\. )?(\w+)[\( ]")
@@ -35,7 +37,8 @@ DRIVER = Path(__file__).resolve().parents[1] / "ui" / "app_driver.py"
 
 
 def _traced(log: Path, *args: str, stdin: str | None = None,
-            program: tuple[str, ...] = ("-m", "app")) -> subprocess.CompletedProcess[str]:
+            program: tuple[str, ...] = ("-m", "app"),
+            extra_env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     strace = shutil.which("strace")
     if strace is None:
         pytest.fail("strace is not installed: the privacy proof needs it "
@@ -44,7 +47,7 @@ def _traced(log: Path, *args: str, stdin: str | None = None,
         [strace, "-f", "--seccomp-bpf", "-qq", "-e", "trace=network,openat", "-e", "signal=none",
          "-o", str(log), sys.executable, *program, *args],
         input=stdin, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "QT_QPA_PLATFORM": "offscreen"})
+        env={**os.environ, "QT_QPA_PLATFORM": "offscreen", **(extra_env or {})})
 
 
 def _internet_calls(lines: list[str]) -> list[str]:
@@ -176,3 +179,35 @@ def test_fireside_serving_listens_on_loopback_only_and_connects_nowhere(
     assert bound is not None and listening == {bound.group(1)}  # that socket and no other
     connects = [line for line in lines if CONNECT.search(line)]
     assert not connects, "Fireside connected somewhere:\n" + "\n".join(connects)
+
+
+def test_the_hub_is_asked_only_what_the_user_asked_and_offline_not_at_all(
+        tmp_path: Path, hub_server: LoopbackHub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``fireside search`` and ``pull --dry-run`` connect to the Hub (and the host its
+    files come from) and nowhere else, with requests only for what was asked: none of
+    the library's own fetches. With Offline on, not even that."""
+    hub_server.add("t/Tiny-GGUF", {"tiny-Q8_0.gguf": tiny_model(tmp_path, megabytes=2)})
+    ports = {hub_server.hub.server_address[1], hub_server.cdn.server_address[1]}
+    environment = {"HF_ENDPOINT": hub_server.endpoint}
+    monkeypatch.delenv("HF_HUB_DISABLE_TELEMETRY", raising=False)  # Fireside turns it off
+    for name, args in (("search", ("search", "tiny")),
+                       ("plan", ("pull", "t/Tiny-GGUF", "--dry-run", "--json"))):
+        log = tmp_path / f"{name}.strace"
+        result = _traced(log, *args, extra_env=environment)
+        assert result.returncode == 0, result.stderr[-2000:]
+        connects = [line for line in log.read_text().splitlines() if CONNECT.search(line)]
+        assert connects, f"{name}: the trace missed the connection to the Hub"
+        elsewhere = [line for line in connects if '"127.0.0.1"' not in line
+                     or not any(f"sin_port=htons({port})" in line for port in ports)]
+        assert not elsewhere, f"{name} connected elsewhere:\n" + "\n".join(elsewhere)
+    assert [path.split("?")[0] for path in hub_server.api_paths] == [
+        "/api/models", "/api/models/t/Tiny-GGUF",
+        f"/t/Tiny-GGUF/resolve/{hub_server.repos['t/Tiny-GGUF'].commit}/tiny-Q8_0.gguf"]
+
+    prefs = settings.load().settings
+    prefs.offline = True
+    settings.save(prefs)
+    log = tmp_path / "offline.strace"
+    result = _traced(log, "search", "tiny", extra_env=environment)
+    assert result.returncode == 1 and "Fireside is offline" in result.stderr
+    assert not _internet_calls(log.read_text().splitlines())

@@ -20,6 +20,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QListWidget,
     QPlainTextEdit,
+    QPushButton,
     QScrollArea,
     QSpinBox,
     QStackedWidget,
@@ -31,7 +32,7 @@ from app.ui.settings.dialog import SettingsDialog
 from tests.ui.settings_pages import open_page, page_at, page_names
 
 C = TypeVar("C", bound=QWidget)
-PAGES = ["Models", "Replies", "This model", "Appearance", "Servers", "Tools",
+PAGES = ["Models", "Replies", "This model", "Appearance", "Network", "Servers", "Tools",
          "Local server", "Hardware"]
 
 
@@ -173,3 +174,26 @@ def test_every_control_has_an_object_name_and_a_name_to_say(dialog: SettingsDial
         text = widget.text() if isinstance(widget, QAbstractButton) else ""
         assert widget.objectName(), f"a {type(widget).__name__} {text!r} has no object name"
         assert widget.accessibleName() or text, widget.objectName()
+
+
+def test_the_network_page_keeps_the_hub_token_in_the_keyring_and_saves_offline(
+        dialog: SettingsDialog, tmp_path: Path) -> None:
+    from app.core.hub.access import HubAccess
+
+    page = dialog.network_page
+    page.offline.setChecked(True)
+    page.endpoint.setText("https://hf-mirror.example")
+    page.endpoint.editingFinished.emit()
+    page.token.setText("hf_secret_read_token")
+    QTest.mouseClick(child(dialog, QPushButton, "keepHubTokenButton"), Qt.MouseButton.LeftButton)
+    stored = (tmp_path / "settings.json").read_text(encoding="utf-8")
+    assert '"offline": true' in stored and "hf-mirror.example" in stored
+    assert "hf_secret_read_token" not in stored, "the token is kept in the keyring"
+    assert page.token.text() == "" and page.token_state.text().startswith("kept in")
+    access = HubAccess.from_settings(dialog.prefs)
+    assert (access.endpoint, access.token, access.offline) == (
+        "https://hf-mirror.example", "hf_secret_read_token", True)
+    QTest.mouseClick(child(dialog, QPushButton, "forgetHubTokenButton"),
+                     Qt.MouseButton.LeftButton)
+    assert HubAccess.from_settings(dialog.prefs).token is None
+    assert page.token_state.text().startswith("none kept")

@@ -427,6 +427,18 @@ def read_header(path: str | os.PathLike[str], exact: bool = True) -> GGUFHeader:
         raise GGUFError(f"cannot be read: {error.strerror or error}", path) from None
 
 
+def read_header_from(file: BinaryIO, size: int, name: str, exact: bool = False) -> GGUFHeader:
+    """The header of a GGUF file of ``size`` bytes read through ``file``, which only needs
+    seek and read: a file on a server read by ranges, where a byte not read is a byte not
+    fetched. ``name`` stands for the file in messages and as the header's path."""
+    path = Path(name)
+    try:
+        return _parse(file, size, path, exact)[0]
+    except GGUFError as error:
+        error.path = path
+        raise
+
+
 def _parse(file: BinaryIO, size: int, path: Path, exact: bool) -> tuple[GGUFHeader, bool]:
     """The header, and whether it was read the exact way."""
     if not exact:

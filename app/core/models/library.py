@@ -56,7 +56,9 @@ class ModelLibrary:
         each server's timeouts); True if what they serve changed."""
         known = servers.added(self._settings.servers)
         listings: list[servers.Listing] = []
-        if known:
+        if known and self._settings.offline:
+            listings = [servers.Listing(s, problem="Fireside is offline") for s in known]
+        elif known:
             with ThreadPoolExecutor(min(8, len(known))) as pool:
                 listings = list(pool.map(servers.ask_models, known))
         changed = listings != self.listings

@@ -57,9 +57,11 @@ class _Estimate(Session):
 
 class RemoteBackend(OneThreadBackend):
     def __init__(self, find_server: Callable[[str], Server | None],
-                 read_timeout_s: Callable[[], float] = lambda: servers.READ_TIMEOUT_S) -> None:
+                 read_timeout_s: Callable[[], float] = lambda: servers.READ_TIMEOUT_S,
+                 offline: Callable[[], bool] = lambda: False) -> None:
         super().__init__("fireside-remote")
         self._find = find_server
+        self._offline = offline  # the Offline switch, read at each load
         self._read_timeout_s = read_timeout_s  # read at each load: a setting
         self._client: Any = None  # an openai.OpenAI for the loaded model's server
 
@@ -132,6 +134,9 @@ class RemoteBackend(OneThreadBackend):
         where = servers.on_server(path)
         if where is None:
             raise ModelLoadError(f"{path} is not a server's model.")
+        if self._offline():
+            raise ModelLoadError(f"Fireside is offline: {where[0]} is not asked. Turn "
+                                 "Offline off (Settings → Network) to use its models.")
         server = self._find(where[0])
         if server is None:
             raise ModelLoadError(f"There is no server called “{where[0]}” any more. Add it "

@@ -35,6 +35,10 @@ class _Route:
     tool: Tool  # as the server names it
 
 
+OFFLINE = ("Fireside is offline: the tool server '{}' (a url) is not asked. Turn Offline "
+           "off in Settings → Network to use it.")
+
+
 class Toolbox:
     def __init__(self, prefs: settings.Settings,
                  connect: Callable[[McpServer], McpConnection] = McpConnection,
@@ -48,6 +52,7 @@ class Toolbox:
         self._connections: dict[str, McpConnection] = {}  # by the server's name
         self._failed: dict[str, tuple[McpServer, str]] = {}  # the server, and why
         self._told: set[str] = set()
+        self._offline: set[str] = set()  # why url servers are not asked while offline
         self._routes: dict[str, _Route] = {}
         self._lock = threading.Lock()
 
@@ -130,6 +135,11 @@ class Toolbox:
             starting = [s for s in enabled
                         if s.name not in self._connections and s.name not in self._failed]
         for server in starting:  # outside the lock: a start may take seconds
+            if server.url and self.settings.offline:
+                # Not failed for good: it is asked again once Offline is off.
+                with self._lock:
+                    self._offline.add(OFFLINE.format(server.name))
+                continue
             connection = self._connect(server)
             try:
                 connection.start()
@@ -159,7 +169,8 @@ class Toolbox:
     def take_problems(self) -> list[str]:
         """The problems not told yet, for a face to tell once."""
         with self._lock:
-            known = [*self.config_problems, *(why for _, why in self._failed.values())]
+            known = [*self.config_problems, *(why for _, why in self._failed.values()),
+                     *sorted(self._offline)]
             new = [why for why in known if why not in self._told]
             self._told.update(new)
             return new

@@ -30,6 +30,7 @@ from app.ui.settings.appearance_page import AppearancePage
 from app.ui.settings.defaults import Defaults
 from app.ui.settings.hardware_page import HardwarePage
 from app.ui.settings.models_page import ModelsPage
+from app.ui.settings.network_page import NetworkPage
 from app.ui.settings.page_list import PageList
 from app.ui.settings.replies_page import RepliesPage
 from app.ui.settings.servers_page import ServersPage
@@ -105,9 +106,11 @@ class SettingsDialog(QDialog):
         self.this_model_page.reload_requested.connect(self.reload_requested)
         self.appearance_page = AppearancePage(self._defaults, self)
         self.appearance_page.theme_changed.connect(self.theme_changed)
+        self.network_page = NetworkPage(self._defaults, self)
         for name, page in (("Models", self.models_page), ("Replies", self.replies_page),
                            ("This model", self.this_model_page),
-                           ("Appearance", self.appearance_page)):
+                           ("Appearance", self.appearance_page),
+                           ("Network", self.network_page)):
             self.page_list.add_page(name, page)
 
     def _add_other_pages(self, save: Callable[[], None]) -> None:

@@ -51,6 +51,7 @@ class ModelsPage(FormPage):
         self.kept_states.clear_requested.connect(self.clear_states_requested)
         self.form.addRow("Conversations left", self.kept_states)
 
+
     def _add_folder_rows(self, models_dir: Path) -> None:
         where = note(f"Fireside finds GGUF files in <b>{models_dir}</b>, the bundled "
                      "models and the folders below (searched with their subfolders).", self)
