@@ -11,7 +11,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
 from PySide6.QtWidgets import (
     QComboBox,
@@ -42,6 +42,8 @@ from app.core.llama.memory import format_bytes
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"),
          ("Recently updated", "recent"))
 BEST = "★ best fit"
+VERDICT = 3  # the column of the fit
+TICK_MS = 250
 CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
@@ -146,6 +148,11 @@ class GetModelsDialog(QDialog):
         self.judged: dict[str, Judged] = {}
         self.rows: dict[int, DownloadRow] = {}
         hub.downloads.on_change = self._relay.job_changed.emit
+        # Progress is told at most five times a second, so the last bytes before a
+        # stall, and a speed falling to nothing, are read here while a download runs.
+        self._ticker = QTimer(self)
+        self._ticker.setInterval(TICK_MS)
+        self._ticker.timeout.connect(self._tick)
         self._build()
         self.resize(980, 680)
         for job in [*hub.downloads.jobs, *hub.downloads.find_unfinished()]:
@@ -203,12 +210,13 @@ class GetModelsDialog(QDialog):
         self.file_tree = QTreeWidget(self)
         self.file_tree.setObjectName("hubFiles")
         self.file_tree.setAccessibleName("The repository's models")
-        self.file_tree.setHeaderLabels(["Model file", "Size", "On this machine"])
+        self.file_tree.setHeaderLabels(["Model file", "Quantization", "Size",
+                                        "On this machine", "Memory"])
         self.file_tree.setRootIsDecorated(False)
         header = self.file_tree.header()
+        header.setStretchLastSection(False)  # the file's name takes the room, not Memory
+        header.setSectionResizeMode(QHeaderView.ResizeMode.ResizeToContents)
         header.setSectionResizeMode(0, QHeaderView.ResizeMode.Stretch)
-        header.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
-        header.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
         self.file_tree.currentItemChanged.connect(lambda *_: self._show_facts())
         self.facts = QLabel(self)
         self.facts.setObjectName("hubFacts")
@@ -258,7 +266,8 @@ class GetModelsDialog(QDialog):
                                    f"{repo.likes:,} likes · {repo.modified}{gated}")
             item.setData(CHOICE_ROLE, repo.repo)
             self.results.addItem(item)
-        self._say(f"{len(found)} repositories with GGUF files" if found else
+        self._say(_count(len(found), "repository", "repositories") + " with GGUF files"
+                  if found else
                   "No GGUF models on the Hub match that.")
 
     def _on_repo_chosen(self, item: QListWidgetItem | None) -> None:
@@ -282,8 +291,9 @@ class GetModelsDialog(QDialog):
             about.append("gated: accept its terms on the Hub and add a token in Settings")
         self.repo_title.setText(f"<b>{files.repo}</b> · {' · '.join(about)}")
         for choice in files.choices:
-            item = QTreeWidgetItem([f"{choice.label}  ({choice.quant})",
-                                    format_bytes(choice.size), "reading its header…"])
+            item = QTreeWidgetItem([choice.label, choice.quant, format_bytes(choice.size),
+                                    "reading its header…", ""])
+            item.setTextAlignment(2, Qt.AlignmentFlag.AlignRight)
             item.setData(0, CHOICE_ROLE, choice.label)
             self.file_tree.addTopLevelItem(item)
         if not files.choices:
@@ -291,8 +301,9 @@ class GetModelsDialog(QDialog):
             return
         self.file_tree.setCurrentItem(self._items()[0])
         self.download_button.setEnabled(True)
-        self._say(f"{files.repo}: {len(files.choices)} models. The fit on this machine comes "
-                  "from each file's header (a few MB), read before any download.")
+        self._say(f"{files.repo}: {_count(len(files.choices), 'model', 'models')}. The fit on "
+                  "this machine comes from each file's header (a few MB), read before any "
+                  "download.")
         asked = self._asked
         for choice in files.choices:  # smallest first: the likeliest to fit
             self._ask(lambda c=choice: self.hub.judge(files, c), self._show_fit, asked)  # type: ignore[misc]
@@ -301,16 +312,18 @@ class GetModelsDialog(QDialog):
         self.judged[judged.choice.label] = judged
         item = self._item(judged.choice.label)
         if item is not None:
-            item.setText(2, judged.fit.summary())
+            item.setText(VERDICT, judged.fit.verdict)
+            item.setText(VERDICT + 1, judged.fit.needs())
+            item.setToolTip(VERDICT, judged.fit.summary())
         best = self.hub.best(list(self.judged.values()))
         for each in self._items():
             marked = best is not None and each.data(0, CHOICE_ROLE) == best.choice.label
             font = QFont(each.font(0))
             font.setBold(marked)
-            for column in range(3):
+            for column in range(each.columnCount()):
                 each.setFont(column, font)
-            text = each.text(0).removesuffix(f"  {BEST}")
-            each.setText(0, f"{text}  {BEST}" if marked else text)
+            verdict = each.text(VERDICT).removesuffix(f"  {BEST}")
+            each.setText(VERDICT, f"{verdict}  {BEST}" if marked else verdict)
         self._show_facts()
 
     def _show_facts(self) -> None:
@@ -365,6 +378,15 @@ class GetModelsDialog(QDialog):
         row.setProperty("state", job.state)
         if job.state == queue.DONE and before != queue.DONE:
             self.downloaded.emit(job)
+        if job.state == queue.DOWNLOADING:
+            self._ticker.start()
+
+    def _tick(self) -> None:
+        running = [row for row in self.rows.values() if row.job.state == queue.DOWNLOADING]
+        for row in running:
+            row.show_job()
+        if not running:
+            self._ticker.stop()
 
     # The Hub's thread ---------------------------------------------------------------
 
@@ -399,3 +421,6 @@ class GetModelsDialog(QDialog):
     def _say(self, text: str) -> None:
         self.message.setText(text)
 
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n:,} {one if n == 1 else many}"

@@ -17,6 +17,8 @@ from PySide6.QtWidgets import (
 from app.ui import icons
 from app.ui.model_picker import ModelPicker
 
+LOAD_LABEL_WIDTH = 200
+
 
 class TopBar(QFrame):
     cancel_load_requested = Signal()
@@ -77,7 +79,12 @@ class TopBar(QFrame):
             widget.setVisible(loading)
         self.picker.setEnabled(not loading)
         if loading:
-            self.load_label.setText(f"Loading {name}…")
+            # Elided: a long name must not widen the window past the screen.
+            text = f"Loading {name}…"
+            metrics = self.load_label.fontMetrics()
+            self.load_label.setText(metrics.elidedText(text, Qt.TextElideMode.ElideMiddle,
+                                                       LOAD_LABEL_WIDTH))
+            self.load_label.setToolTip(text)
             self.load_progress.setValue(0)
 
     def show_progress(self, fraction: float) -> None:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.loopback_hub import LoopbackHub
 from tests.native_code import amx_instructions, llama_libraries
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -186,6 +187,29 @@ def test_bundled_model_answers_offline(
     again = _run(ask, clean_env, cwd=tmp_path, offline=True)
     assert json.loads(again.stdout.splitlines()[-1])["text"] == reply["text"]
     assert not any(e["event"] == "notice" for e in events), events
+
+
+def test_the_installed_app_searches_and_pulls_from_the_hub(
+        installed: list[str], clean_env: dict[str, str], tmp_path: Path,
+        hub_server: LoopbackHub, smollm2_path: Path) -> None:
+    """The bundle carries the Hub's client and its lazy imports: a search, then a pull
+    cut once mid-file, against a Hub on loopback; the file lands checked."""
+    hub_server.add("HuggingFaceTB/SmolLM2-135M-Instruct-GGUF",
+                   {"smollm2-135m-instruct-q4_1.gguf": smollm2_path})
+    hub_server.cut_at["smollm2-135m-instruct-q4_1.gguf"] = 40_000_000
+    env = {**clean_env, "HF_ENDPOINT": hub_server.endpoint}
+    found = _run(["search", "smollm2", "--json"], env, cwd=tmp_path)
+    assert found.returncode == 0, found.stderr
+    assert json.loads(found.stdout)["repo"] == "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
+    trace = tmp_path / "pull.trace"
+    pulled = _run(["pull", "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF", "--json"], env,
+                  cwd=tmp_path, trace=trace)
+    assert pulled.returncode == 0, pulled.stderr
+    assert "Traceback" not in pulled.stderr
+    done = json.loads(pulled.stdout.splitlines()[-1])
+    assert done["event"] == "downloaded" and done["sha256"] == hub_server.sha(smollm2_path)
+    assert Path(done["path"]).is_relative_to(tmp_path / "data" / "models")
+    assert _foreign_paths(trace) == []
 
 
 def test_the_bundle_carries_no_amx_kernels(installed: list[str]) -> None:

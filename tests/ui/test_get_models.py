@@ -14,7 +14,7 @@ from app.core.hub import download
 from app.core.hub import downloads as queue
 from app.ui.get_models import BEST
 from tests.loopback_hub import LoopbackHub
-from tests.ui.conftest import WindowFactory, greedy_settings, send
+from tests.ui.conftest import WindowFactory, greedy_settings, send, wait_for_model_loaded
 
 REPO = "HuggingFaceTB/SmolLM2-135M-Instruct-GGUF"
 NAME = "SmolLM2-135M-Instruct-Q4_1.gguf"
@@ -40,11 +40,12 @@ def test_a_model_found_judged_downloaded_paused_resumed_and_used(
     assert dialog.results.item(0).text().startswith(f"{REPO}\n9,000 downloads")
     dialog.results.setCurrentRow(0)
     qtbot.waitUntil(lambda: len(dialog.judged) == 2, timeout=60_000)
-    verdicts = {dialog.file_tree.topLevelItem(r).text(0): dialog.file_tree.topLevelItem(r).text(2)
-                for r in range(2)}
+    rows = {item.text(1): [item.text(c) for c in range(5)]
+            for item in (dialog.file_tree.topLevelItem(r) for r in range(2)) if item}
     # The quantized file is marked over the full-precision one; both fit this machine.
-    assert verdicts[f"{NAME}  (Q4_1)  {BEST}"].startswith("fits in RAM (")
-    assert verdicts["SmolLM2-135M-F16-stand-in.gguf  (F16)"].startswith("fits in RAM (")
+    assert rows["Q4_1"][:4] == [NAME, "Q4_1", "98 MB", f"fits in RAM  {BEST}"]
+    assert rows["F16"][:4] == ["SmolLM2-135M-F16-stand-in.gguf", "F16", "253 MB", "fits in RAM"]
+    assert rows["Q4_1"][4].endswith(" MB RAM")
     dialog.file_tree.setCurrentItem(dialog.file_tree.topLevelItem(0))
     assert "135M parameters" in dialog.facts.text() and "chat template" in dialog.facts.text()
     assert "license: apache-2.0" in dialog.repo_title.text()
@@ -73,6 +74,7 @@ def test_a_model_found_judged_downloaded_paused_resumed_and_used(
     qtbot.mouseClick(row.use_button, Qt.MouseButton.LeftButton)
     qtbot.waitUntil(lambda: window.controller.core.model is not None
                     and window.controller.core.model.path == job.path, timeout=120_000)
+    wait_for_model_loaded(qtbot, window)  # the window, too, has taken the load's end
     reply, _ = send(qtbot, window, "Say hello.")
     assert reply.strip()
 

@@ -17,7 +17,7 @@ from app.core.settings import Settings
 
 if TYPE_CHECKING:
     import httpx2
-    from huggingface_hub import HfApi
+    from huggingface_hub.hf_api import HfApi
 
 PUBLIC_HUB = "https://huggingface.co"
 TOKEN_NAME = "Hugging Face Hub"  # the token's name in the keyring, apart from servers'
@@ -73,7 +73,8 @@ class HubAccess:
     def api(self) -> HfApi:
         self.check()
         _quiet_library()
-        from huggingface_hub import HfApi  # noqa: PLC0415 - slow to import, rarely needed
+        # From its module, not the package's lazy names: a bundler follows this import.
+        from huggingface_hub.hf_api import HfApi  # noqa: PLC0415 - slow, rarely needed
 
         from app import __version__  # noqa: PLC0415
 

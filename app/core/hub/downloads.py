@@ -48,11 +48,12 @@ class Job:
 
     @property
     def speed(self) -> float:
-        """Bytes a second over the last few seconds."""
-        if len(self._marks) < 2:
+        """Bytes a second over the last few seconds (0 while nothing comes)."""
+        marks, now = list(self._marks), time.monotonic()
+        if self.state != DOWNLOADING or not marks or now - marks[-1][0] > _SPEED_WINDOW_S:
             return 0.0
-        (t0, d0), (t1, d1) = self._marks[0], self._marks[-1]
-        return (d1 - d0) / (t1 - t0) if t1 > t0 else 0.0
+        first, done = marks[0]
+        return (self.done - done) / (now - first) if now > first else 0.0
 
     @property
     def eta_s(self) -> float | None:

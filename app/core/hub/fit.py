@@ -40,11 +40,13 @@ class Fit:
                 "n_layers": self.n_layers, "ram_bytes": self.ram_bytes,
                 "gpu_bytes": self.gpu_bytes, "n_ctx": self.n_ctx}
 
+    def needs(self) -> str:
+        """"462 MB RAM", "2.1 GB GPU + 600 MB RAM"."""
+        ram = memory.format_bytes(self.ram_bytes) + " RAM"
+        return f"{memory.format_bytes(self.gpu_bytes)} GPU + {ram}" if self.gpu_bytes else ram
+
     def summary(self) -> str:
-        needs = memory.format_bytes(self.ram_bytes) + " RAM"
-        if self.gpu_bytes:
-            needs += f" + {memory.format_bytes(self.gpu_bytes)} GPU"
-        return f"{self.verdict} ({needs} at {self.n_ctx:,} tokens of context)"
+        return f"{self.verdict} ({self.needs()} at {self.n_ctx:,} tokens of context)"
 
 
 def judge(header: GGUFHeader, options: LoadOptions, hardware: Hardware,
