@@ -342,3 +342,25 @@ def test_the_fit_from_the_remote_header_equals_the_local_one(
     assert memory.estimate(judged.header.header) == memory.estimate(local)
     assert judged.header.header.tensors == local.tensors
     assert judged.header.header.metadata.keys() == local.metadata.keys()
+
+
+def test_a_download_left_by_the_last_run_is_found_paused_and_goes_on(
+        hub_server: LoopbackHub, tmp_path: Path) -> None:
+    model = tiny_model(tmp_path, megabytes=4)
+    hub_server.add(REPO, {NAME: model})
+    before = model_hub(hub_server)
+    job, go = held(before, hub_server, 1_500_000)
+    before.close()  # quit mid-download: what came is on disk, the rest is not
+    go.set()
+    kept = download.part_of(job.path).stat().st_size
+
+    after = model_hub(hub_server)  # the next start: nothing is asked of the Hub yet
+    asked = len(hub_server.api_paths)
+    (found,) = after.downloads.find_unfinished()
+    assert (found.state, found.done, found.total, found.path) == (
+        PAUSED, kept, model.stat().st_size, job.path)
+    assert len(hub_server.api_paths) == asked
+    after.downloads.resume(found)
+    assert after.downloads.wait(found, timeout=120) and found.state == DONE, found.error
+    assert hub_server.sent[-1].range == f"bytes={kept}-"
+    assert found.sha256 == [hub_server.sha(model)]
