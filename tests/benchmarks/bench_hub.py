@@ -43,6 +43,8 @@ MODELS = {"SmolLM2 135M": "SmolLM2-135M-Instruct.Q4_1.gguf",
 
 
 def fireside_fetch(hub: ModelHub, repo: str, target: Path) -> float:
+    """Seconds to fetch the file and check its sha256, once the Hub has been asked for
+    it (as curl is given the address)."""
     files = hub.files(repo)
     (file,) = files.choices[0].files
     wanted = download.Wanted(repo, files.commit, file.name, file.size, file.sha256)

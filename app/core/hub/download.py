@@ -283,70 +283,44 @@ class _Transfer:
 
 
 class _Writer:
-    """Appends to the ``.part`` and hashes, each on a thread of its own (hashlib and file
-    writes run without Python's lock), so that neither the hash, the disk nor the last
-    flush holds the network up; the file is flushed to the disk as it grows. An error
-    (a full disk) is raised at the next write or at the end."""
+    """Appends to the ``.part`` on the reading thread, as any download does, and hashes
+    on a thread of its own (hashlib runs without Python's lock), which also flushes the
+    file to the disk as it grows: the sha256 and the final flush cost the network
+    nothing. What waits to be hashed is already in the file."""
 
     SYNC_EVERY = 64 << 20
 
     def __init__(self, path: Path, hasher: Any) -> None:
         self._hasher = hasher
-        self._file = path.open("ab")
-        self._error: OSError | None = None
-        self._queues: list[queue.Queue[bytes | None]] = []
-        self._threads = [self._start(self._write), self._start(self._hash)]
-
-    def _start(self, work: Callable[[queue.Queue[bytes | None]], None]) -> threading.Thread:
-        # Short: what waits here is lost if the process is killed (a read is <= 1 MB),
-        # long enough that the reader rarely waits for the disk or the hash.
-        pieces: queue.Queue[bytes | None] = queue.Queue(maxsize=8)
-        self._queues.append(pieces)
-        thread = threading.Thread(target=work, args=(pieces,), name="fireside-part-writer",
-                                  daemon=True)
-        thread.start()
-        return thread
+        self._file = path.open("ab", buffering=0)
+        self._pieces: queue.Queue[bytes | None] = queue.Queue(maxsize=16)
+        self._thread = threading.Thread(target=self._hash, name="fireside-part-hash",
+                                        daemon=True)
+        self._thread.start()
 
     def __enter__(self) -> _Writer:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        for pieces in self._queues:
-            pieces.put(None)
-        for thread in self._threads:
-            thread.join()
+        self._pieces.put(None)
+        self._thread.join()
         self._file.close()
-        if self._error is not None and exc[0] is None:
-            raise self._error
 
     def write(self, piece: bytes) -> None:
-        if self._error is not None:
-            raise self._error
-        for pieces in self._queues:
-            pieces.put(piece)
+        view = memoryview(piece)
+        while view:  # an unbuffered write may take part of it
+            view = view[self._file.write(view) or 0:]
+        self._pieces.put(piece)
 
-    def _hash(self, pieces: queue.Queue[bytes | None]) -> None:
-        while (piece := pieces.get()) is not None:
-            self._hasher.update(piece)
-
-    def _write(self, pieces: queue.Queue[bytes | None]) -> None:
+    def _hash(self) -> None:
         unsynced = 0
-        while (piece := pieces.get()) is not None:
-            if self._error is not None:
-                continue  # drained: the reader hears of the error
-            try:
-                self._file.write(piece)
-                unsynced += len(piece)
-                if unsynced >= self.SYNC_EVERY:
-                    self._file.flush()
+        while (piece := self._pieces.get()) is not None:
+            self._hasher.update(piece)
+            unsynced += len(piece)
+            if unsynced >= self.SYNC_EVERY:
+                with contextlib.suppress(OSError):  # the final flush reports a failure
                     _sync(self._file.fileno())
-                    unsynced = 0
-            except OSError as error:
-                self._error = error
-        try:
-            self._file.flush()
-        except OSError as error:
-            self._error = self._error or error
+                unsynced = 0
 
 
 def _sync(fd: int) -> None:
