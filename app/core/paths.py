@@ -61,6 +61,13 @@ def env_models_dirs() -> list[Path]:
     return [Path(p).expanduser() for p in value.split(os.pathsep) if p.strip()]
 
 
+def replace_text(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` whole or not at all: a file beside it, renamed over it."""
+    temporary = path.with_name(f"{path.name}.tmp")
+    temporary.write_text(text, encoding="utf-8")
+    os.replace(temporary, path)
+
+
 def set_aside(path: Path, kept_name: Callable[[str], str], companions: Sequence[str] = ()
               ) -> Path:
     """Rename a damaged file to ``kept_name(stamp)`` (a time, made unique so that an

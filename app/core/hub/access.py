@@ -24,8 +24,6 @@ TOKEN_NAME = "Hugging Face Hub"  # the token's name in the keyring, apart from s
 CONNECT_TIMEOUT_S = 15.0
 READ_BYTES = 1 << 20
 STALL_S = 30.0  # no byte for this long: the connection is dropped and made again
-_STORES: dict[str, secrets.KeyStore] = {"keyring": "keyring", "file": "file",
-                                        "session": "session"}
 
 
 class HubError(Exception):
@@ -60,8 +58,8 @@ class HubAccess:
         in the keyring, else HF_TOKEN."""
         endpoint = prefs.hub_endpoint.strip() or os.environ.get("HF_ENDPOINT", "") \
             or PUBLIC_HUB
-        kept = prefs.hub_token_kept
-        token = secrets.find(TOKEN_NAME, _STORES[kept]) if kept in _STORES else None
+        kept = secrets.store_named(prefs.hub_token_kept)
+        token = secrets.find(TOKEN_NAME, kept) if kept else None
         stall = float(os.environ.get("FIRESIDE_HUB_STALL_S", STALL_S))
         return cls(endpoint.rstrip("/"), token or os.environ.get("HF_TOKEN") or None,
                    prefs.offline, stall)

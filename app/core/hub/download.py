@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from app.core import paths
 from app.core.hub.access import BUSY, HubAccess, HubError, refusal, retry_after
 from app.core.llama.memory import format_bytes
 
@@ -189,10 +190,7 @@ class _Transfer:
         self._save_info()
 
     def _save_info(self) -> None:
-        record = asdict(self.wanted) | {"etag": self.etag}
-        temporary = self.info.with_name(self.info.name + ".tmp")
-        temporary.write_text(json.dumps(record), encoding="utf-8")
-        os.replace(temporary, self.info)
+        paths.replace_text(self.info, json.dumps(asdict(self.wanted) | {"etag": self.etag}))
 
     def _check_space(self) -> None:
         free = shutil.disk_usage(self.target.parent).free

@@ -8,13 +8,14 @@ import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import PurePosixPath
 from typing import Any, TypeVar
 
 from app.core.hub.access import HubAccess, HubError
+from app.core.models import catalog
 
 SORTS = {"downloads": "downloads", "likes": "likes", "recent": "last_modified"}
 SEARCH_LIMIT = 50
-_SPLIT = re.compile(r"^(?P<stem>.*)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
 _QUANT = re.compile(r"(?<![A-Za-z0-9])(I?Q\d(?:_[A-Z0-9]+)*|MXFP4(?:_MOE)?|BF16|F16|F32)"
                     r"(?![A-Za-z0-9])", re.IGNORECASE)
 _REPO = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")
@@ -118,20 +119,20 @@ def choices(files: list[RemoteFile]) -> tuple[ModelChoice, ...]:
     """The GGUF files as models: a split set is one, projectors go with every model of
     the repository (the largest-precision one: F16 where there is one)."""
     ggufs = [f for f in files if f.name.lower().endswith(".gguf")]
-    projectors = sorted((f for f in ggufs if "mmproj" in f.name.lower()),
+    projectors = sorted((f for f in ggufs if catalog.is_projector_name(PurePosixPath(f.name))),
                         key=lambda f: (quant_of(f.name) not in ("F16", "BF16"), f.size))
     projector = projectors[0] if projectors else None
     sets: dict[str, list[RemoteFile]] = {}
     for file in ggufs:
-        if "mmproj" in file.name.lower():
+        if catalog.is_projector_name(PurePosixPath(file.name)):
             continue
-        split = _SPLIT.match(file.name)
-        key = f"{split['stem']}.gguf" if split else file.name
+        split = catalog.SPLIT_NAME.match(file.name)
+        key = f"{split['prefix']}{split['ext']}" if split else file.name
         sets.setdefault(key, []).append(file)
     made = []
     for key, members in sets.items():
         members.sort(key=lambda f: f.name)
-        split = _SPLIT.match(members[0].name)
+        split = catalog.SPLIT_NAME.match(members[0].name)
         if split and len(members) != int(split["count"]):
             continue  # a split model with shards missing cannot load
         label = key.rsplit("/", 1)[-1]

@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from app.core.hub.access import BUSY, HubAccess, HubError, refusal, retry_after
 from app.core.hub.listing import ModelChoice
-from app.core.models.gguf import GGUFError, GGUFHeader, read_header_from
+from app.core.models.gguf import GGUFError, GGUFHeader, joined, read_header_from
 
 if TYPE_CHECKING:
     import httpx2
@@ -114,5 +114,4 @@ def read(access: HubAccess, repo: str, commit: str, choice: ModelChoice) -> Remo
                                f"{str(error) or type(error).__name__}") from None
             fetched += remote.fetched
             requests += remote.requests
-    head = replace(headers[0], tensors=[t for h in headers for t in h.tensors])
-    return RemoteHeader(head, fetched, requests)
+    return RemoteHeader(joined(headers), fetched, requests)

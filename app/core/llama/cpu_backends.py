@@ -140,10 +140,8 @@ def choose(variants: list[Variant], model: Path, check: Check = _run_check) -> C
 
 def _save(record: dict[str, object]) -> None:
     target = _record_path()
-    temporary = target.with_suffix(".tmp")
     try:
-        temporary.write_text(json.dumps(record, indent=1), encoding="utf-8")
-        os.replace(temporary, target)
+        paths.replace_text(target, json.dumps(record, indent=1))
     except OSError:
         logger.warning("could not keep the CPU backend choice in %s", target, exc_info=True)
 

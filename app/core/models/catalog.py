@@ -14,12 +14,12 @@ import stat
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from pathlib import Path
+from pathlib import Path, PurePath
 
 from app.core import paths
 from app.core.models import sources
 from app.core.models.bundled import bundled_dir
-from app.core.models.gguf import GGUFError, GGUFHeader
+from app.core.models.gguf import GGUFError, GGUFHeader, joined
 from app.core.models.header_cache import cached_header
 from app.core.models.sources import Found, Source, gguf_files
 
@@ -36,7 +36,7 @@ _LABELS = {BUNDLED: "Bundled", MODELS_FOLDER: "Fireside", SETTINGS: "Your folder
            ENVIRONMENT: "Your folder", COMMAND_LINE: "Command line"}
 
 # llama.cpp's split naming: <prefix>-00001-of-00003.gguf
-_SPLIT = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
+SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def candidates(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = (
              for path in gguf_files(Path(folder), walked)]
     for store in stores:
         found += store.files(walked)
-    return [f for f in found if not _is_projector_name(f.path)]
+    return [f for f in found if not is_projector_name(f.path)]
 
 
 def watch_list(folders: Sequence[tuple[Path, str]], disabled: Iterable[str] = ()
@@ -219,8 +219,7 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
         prefix = f"{failure.path.name}: " if len(shards) > 1 and failure.path else ""
         return replace(entry, error=prefix + failure.reason), True
 
-    # A split model's first shard holds the metadata; every shard holds tensors.
-    head = replace(headers[0], tensors=[t for h in headers for t in h.tensors])
+    head = joined(headers)
     not_chat = _not_a_chat_model(first, head)
     unnamed = None if head.architecture else "the file does not name its architecture"
     entry = replace(
@@ -240,20 +239,21 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
 
 def _not_a_chat_model(path: Path, header: GGUFHeader) -> str | None:
     kind = (header.model_type or "").lower()
-    if _is_projector_name(path) or kind == "mmproj" or header.architecture == "clip":
+    if is_projector_name(path) or kind == "mmproj" or header.architecture == "clip":
         return "a vision projector (mmproj), not a chat model"
     if kind == "adapter":
         return "a LoRA adapter, not a chat model"
     return None
 
 
-def _is_projector_name(path: Path) -> bool:
+def is_projector_name(path: PurePath) -> bool:
+    """A vision projector (mmproj) goes with a model; it is not one to chat with."""
     return "mmproj" in path.name.lower()
 
 
 def _shard_paths(path: Path) -> list[Path]:
     """All files of the split set `path` belongs to, first shard first; else [path]."""
-    match = _SPLIT.match(path.name)
+    match = SPLIT_NAME.match(path.name)
     if not match:
         return [path]
     number, count = int(match["no"]), int(match["count"])
@@ -304,7 +304,7 @@ def display_name(metadata: Mapping[str, object], path: Path) -> str:
 
 def _clean_stem(path: Path) -> str:
     """The file name without extension, shard number or quantization tag."""
-    match = _SPLIT.match(path.name)
+    match = SPLIT_NAME.match(path.name)
     stem = match["prefix"] if match else path.name
     stem = stem[:-5] if stem.lower().endswith(".gguf") else stem
     return _QUANT_SUFFIX.sub("", stem) or stem

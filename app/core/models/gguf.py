@@ -19,7 +19,7 @@ import stat
 import struct
 import threading
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import IntEnum
 from pathlib import Path
 from typing import BinaryIO
@@ -425,6 +425,12 @@ def read_header(path: str | os.PathLike[str], exact: bool = True) -> GGUFHeader:
         raise GGUFError("permission denied", path) from None
     except OSError as error:
         raise GGUFError(f"cannot be read: {error.strerror or error}", path) from None
+
+
+def joined(headers: Sequence[GGUFHeader]) -> GGUFHeader:
+    """A split model's header: its first shard holds the metadata, every shard holds
+    tensors."""
+    return replace(headers[0], tensors=[t for h in headers for t in h.tensors])
 
 
 def read_header_from(file: BinaryIO, size: int, name: str, exact: bool = False) -> GGUFHeader:

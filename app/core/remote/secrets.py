@@ -14,7 +14,7 @@ import logging
 import os
 import threading
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from app.core import paths
 
@@ -24,6 +24,11 @@ SERVICE = "Fireside"
 KeyStore = Literal["keyring", "file", "session"]
 _session: dict[str, str] = {}  # keys kept for this session only, by server name
 _lock = threading.Lock()
+
+
+def store_named(value: object) -> KeyStore | None:
+    """The place a settings file names (a hand-edited one may name none known)."""
+    return next((known for known in get_args(KeyStore) if value == known), None)
 
 
 def keyring_available() -> bool:

@@ -16,7 +16,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path, PurePosixPath
-from typing import Any, Protocol, get_args
+from typing import Any, Protocol
 from urllib.parse import quote, unquote, urlsplit
 
 from app.core.remote import secrets
@@ -52,11 +52,7 @@ class Server:
         if not isinstance(name, str) or not isinstance(url, str) \
                 or not isinstance(key_env, str | None):
             return None
-        kept: secrets.KeyStore | None = None
-        for known in get_args(secrets.KeyStore):
-            if store == known:
-                kept = known
-        return cls(name, url, key_env, kept)
+        return cls(name, url, key_env, secrets.store_named(store))
 
     def key(self) -> str | None:
         if self.key_env:

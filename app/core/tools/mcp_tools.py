@@ -24,9 +24,9 @@ import json
 import threading
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, get_args
+from typing import Any
 
-from app.core.remote.secrets import KeyStore
+from app.core.remote.secrets import KeyStore, store_named
 from app.core.reply.tool_calls import Tool
 from app.core.tools import mcp_keys
 
@@ -107,10 +107,11 @@ def _read_entry(name: str, entry: Any) -> McpServer:
         raise McpError(f"The url of server '{name}' must start with http:// or https://.")
     if headers and not url:
         raise McpError(f"The headers of server '{name}' go with a url; a command takes env.")
-    disabled, kept_in = entry.get("disabled", False), entry.get("keptIn")
+    disabled, named = entry.get("disabled", False), entry.get("keptIn")
     if not isinstance(disabled, bool):
         raise McpError(f"'disabled' of server '{name}' must be true or false.")
-    if kept_in is not None and kept_in not in get_args(KeyStore):
+    kept_in = store_named(named)
+    if named is not None and kept_in is None:
         raise McpError(f"Server '{name}' names no known place for its keys.")
     return McpServer(name, command, tuple(args), env, url, headers, disabled, kept_in)
 
