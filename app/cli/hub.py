@@ -12,7 +12,7 @@ from typing import Any
 from app.core import settings
 from app.core.hub import downloads as queue
 from app.core.hub.access import HubError
-from app.core.hub.listing import parse_ref
+from app.core.hub.listing import RepoFiles, parse_ref
 from app.core.hub.service import Judged, ModelHub
 from app.core.llama.memory import format_bytes
 
@@ -38,28 +38,28 @@ def run_search(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     hub = ModelHub(settings.load().settings)
     try:
-        judged = _plan(hub, args)
+        files, judged = _plan(hub, args)
     except HubError as error:
         return _failed(args, error)
-    plan = judged.to_json() | {"repo": args.repo}
+    plan = judged.to_json() | {"repo": files.repo}
     if args.json:
         _event({"event": "plan", **plan})
     else:
-        print(f"{args.repo}: {judged.choice.label} ({format_bytes(judged.choice.size)}): "
+        print(f"{files.repo}: {judged.choice.label} ({format_bytes(judged.choice.size)}): "
               f"{judged.fit.summary()}")
         if not judged.fit.fits:
             print("It will not load on this machine as it is now.", file=sys.stderr)
     if args.dry_run:
         return 0
-    return _download(hub, judged, args)
+    return _download(hub, files, judged, args)
 
 
-def _plan(hub: ModelHub, args: argparse.Namespace) -> Judged:
+def _plan(hub: ModelHub, args: argparse.Namespace) -> tuple[RepoFiles, Judged]:
+    """The repository, and the model to download with its fit."""
     repo, quant = parse_ref(args.ref)
-    args.repo = repo
     files = hub.files(repo)
     if args.file or quant:
-        return hub.judge(files, files.find(quant, args.file))
+        return files, hub.judge(files, files.find(quant, args.file))
     if not files.choices:
         raise HubError(f"{repo} has no GGUF model files")
     judged = [hub.judge(files, choice) for choice in files.choices]
@@ -67,12 +67,12 @@ def _plan(hub: ModelHub, args: argparse.Namespace) -> Judged:
     if best is None:
         raise HubError(f"nothing in {repo} fits this machine: the smallest, "
                        f"{judged[0].choice.label}, {judged[0].fit.summary()}")
-    return best
+    return files, best
 
 
-def _download(hub: ModelHub, judged: Judged, args: argparse.Namespace) -> int:
-    files = hub.files(args.repo)
-    job = hub.downloads.add(files, files.find(name=judged.choice.files[0].name))
+def _download(hub: ModelHub, files: RepoFiles, judged: Judged,
+              args: argparse.Namespace) -> int:
+    job = hub.downloads.add(files, judged.choice)
     bar = _Bar(args.json)
     hub.downloads.on_change = bar.show
     try:

@@ -102,14 +102,23 @@ def info_of(target: Path) -> Path:
     return target.with_name(target.name + PART_INFO)
 
 
-def kept(target: Path) -> tuple[Wanted | None, int]:
-    """The file a ``.part`` beside ``target`` belongs to, and how many bytes it holds."""
+@dataclass(frozen=True)
+class Kept:
+    """What a ``.part`` beside a target holds: which file, how many bytes, its ETag."""
+
+    wanted: Wanted
+    size: int
+    etag: str | None
+
+
+def kept(target: Path) -> Kept | None:
+    """What a ``.part`` beside ``target`` holds, if its record can be read."""
     try:
         data = json.loads(info_of(target).read_text(encoding="utf-8"))
         wanted = Wanted(**{k: data[k] for k in ("repo", "commit", "name", "size", "sha256")})
-        return wanted, part_of(target).stat().st_size
-    except (OSError, ValueError, KeyError, TypeError):
-        return None, 0
+        return Kept(wanted, part_of(target).stat().st_size, data.get("etag"))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
 
 
 def fetch(access: HubAccess, client: httpx2.Client, wanted: Wanted, target: Path, *,
@@ -171,16 +180,16 @@ class _Transfer:
 
     def _take_over_kept(self) -> None:
         """Go on from a ``.part`` of this very file; anything else starts again."""
-        before, size = kept(self.target)
-        if before is not None and before.same_file(self.wanted) and size <= self.wanted.size:
-            with contextlib.suppress(OSError, ValueError):
-                self.etag = json.loads(self.info.read_text(encoding="utf-8")).get("etag")
+        before = kept(self.target)
+        if before is not None and before.wanted.same_file(self.wanted) \
+                and before.size <= self.wanted.size:
+            self.etag = before.etag
             with self.part.open("rb") as held:
                 while piece := held.read(CHUNK):
                     self.hasher.update(piece)
-            self.have = size
-            if size:
-                self.on_bytes(size)
+            self.have = before.size
+            if before.size:
+                self.on_bytes(before.size)
             return
         self._start_again()
 
@@ -244,8 +253,8 @@ class _Transfer:
             self.etag = etag
             self._save_info()
         with _Writer(self.part, self.hasher) as out:
-            # Raw bytes as they arrive (a stall loses nothing), handed at once to the
-            # threads that write and hash them while this one reads on.
+            # Raw bytes as they arrive (a stall loses nothing), written here and
+            # hashed on the writer's thread while this one reads on.
             for piece in answer.iter_raw():
                 self._check_stop()
                 out.write(piece)

@@ -101,7 +101,8 @@ class Downloads:
                     if job.state == PAUSED:
                         self._queue(job, (files, choice))
                     return job
-            job = Job(files.repo, choice.label, choice.files[0].name, targets, choice.size)
+            job = Job(files.repo, choice.label, choice.files[0].name, targets,
+                      choice.fetched_size)
             self.jobs.append(job)
             self._queue(job, (files, choice))
         self._changed(job)
@@ -140,14 +141,14 @@ class Downloads:
         models = self._models_dir()
         for info in sorted(models.glob(f"*/*/**/*{download.PART_INFO}")):
             target = info.with_name(info.name.removesuffix(download.PART_INFO))
-            wanted, size = download.kept(target)
-            if wanted is None:
+            held = download.kept(target)
+            if held is None:
                 continue
             with self._lock:
                 if any(target in job.targets for job in self.jobs):
                     continue
-                job = Job(wanted.repo, target.name, wanted.name, [target], wanted.size,
-                          state=PAUSED, done=size)
+                job = Job(held.wanted.repo, target.name, held.wanted.name, [target],
+                          held.wanted.size, state=PAUSED, done=held.size)
                 self.jobs.append(job)
                 self._wanted[job.id] = None  # planned again from the Hub on resume
             found.append(job)
@@ -233,13 +234,13 @@ class Downloads:
         choice = files.find(name=job.name)
         with self._lock:
             self._wanted[job.id] = (files, choice)
-            job.total = choice.size
+            job.total = choice.fetched_size
         return files, choice
 
     def _fetch(self, job: Job, files: RepoFiles, choice: ModelChoice) -> None:
         access = self._access()
         job.targets = _targets(self._models_dir(), files.repo, choice)
-        job.total = sum(f.size for f in choice.everything)
+        job.total = choice.fetched_size
         job.done, job.sha256, job._marks = 0, [], []
         last = [0.0]
 

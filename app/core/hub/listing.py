@@ -57,7 +57,12 @@ class ModelChoice:
 
     @property
     def everything(self) -> tuple[RemoteFile, ...]:
+        """What a download fetches: the model's files and its projector."""
         return self.files + ((self.projector,) if self.projector else ())
+
+    @property
+    def fetched_size(self) -> int:
+        return sum(f.size for f in self.everything)
 
 
 @dataclass(frozen=True)

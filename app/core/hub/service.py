@@ -80,8 +80,7 @@ class ModelHub:
     def files(self, repo: str) -> RepoFiles:
         return listing.repo_files(self.access(), repo)
 
-    def judge(self, files: RepoFiles, choice: ModelChoice,
-              hardware: devices.Hardware | None = None) -> Judged:
+    def judge(self, files: RepoFiles, choice: ModelChoice) -> Judged:
         """The fit of ``choice``, its header read once per commit."""
         key = (files.repo, files.commit, choice.label)
         with self._lock:
@@ -90,7 +89,7 @@ class ModelHub:
             return known
         header = remote_header.read(self.access(), files.repo, files.commit, choice)
         fit = fits.judge(header.header, self._settings.load_options(None),
-                         hardware or devices.survey(), memory.available())
+                         devices.survey(), memory.available())
         judged = Judged(choice, fit, header)
         with self._lock:
             self._judged[key] = judged
