@@ -1,15 +1,13 @@
 """Get models: the Hugging Face Hub searched from the window, a repository's models with
 the fit of each on this machine (from its header, read by ranges), and the downloads
 with their progress, pause, resume and cancel. The Hub is asked only from here, when the
-user searches or downloads; the work runs on a thread of its own."""
+user searches or downloads, on daemon threads (``event_loop.off_thread``: leaving never
+waits for the network)."""
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TypeVar
 
 from PySide6.QtCore import QObject, Qt, QTimer, Signal
 from PySide6.QtGui import QFont
@@ -38,7 +36,9 @@ from app.core.hub.access import HubError
 from app.core.hub.listing import ModelChoice, RepoFiles, RepoSummary
 from app.core.hub.service import Judged, ModelHub
 from app.core.llama.memory import format_bytes
+from app.ui import event_loop
 
+T = TypeVar("T")
 SORTS = (("Most downloaded", "downloads"), ("Most liked", "likes"),
          ("Recently updated", "recent"))
 BEST = "★ best fit"
@@ -48,9 +48,8 @@ CHOICE_ROLE = Qt.ItemDataRole.UserRole + 1
 
 
 class _Relay(QObject):
-    """Results from the Hub's thread, delivered on the GUI thread."""
+    """A download's changes, from the download thread to the GUI thread."""
 
-    ran = Signal(object, object)  # the callback, and what it is given
     job_changed = Signal(object)  # a download's Job
 
 
@@ -138,12 +137,10 @@ class GetModelsDialog(QDialog):
         self.setObjectName("getModelsDialog")
         self.setWindowTitle("Get models")
         self.hub = hub
-        self._worker = ThreadPoolExecutor(1, thread_name_prefix="fireside-hub")
+        self._tasks = event_loop.Tasks()
         self._relay = _Relay(self)
-        self._relay.ran.connect(lambda callback, value: callback(value))
         self._relay.job_changed.connect(self._on_job_changed)
-        self._generation = itertools.count()
-        self._asked = 0  # the latest search or listing: older answers are dropped
+        self._asked = 0  # counts searches and listings: an older one's answer is dropped
         self.files: RepoFiles | None = None
         self.judged: dict[str, Judged] = {}
         self.rows: dict[int, DownloadRow] = {}
@@ -304,9 +301,22 @@ class GetModelsDialog(QDialog):
         self._say(f"{files.repo}: {_count(len(files.choices), 'model', 'models')}. The fit on "
                   "this machine comes from each file's header (a few MB), read before any "
                   "download.")
-        asked = self._asked
-        for choice in files.choices:  # smallest first: the likeliest to fit
-            self._ask(lambda c=choice: self.hub.judge(files, c), self._show_fit, asked)  # type: ignore[misc]
+        self._tasks.spawn(self._judge_each(files, self._asked))
+
+    async def _judge_each(self, files: RepoFiles, asked: int) -> None:
+        """Each file's fit, one header at a time, smallest first (the likeliest to fit),
+        until another search or listing is asked."""
+        for choice in files.choices:
+            try:
+                judged = await event_loop.off_thread(
+                    lambda c=choice: self.hub.judge(files, c))  # type: ignore[misc]
+            except HubError as error:
+                if asked == self._asked:
+                    self._say(str(error))
+                continue
+            if asked != self._asked:
+                return
+            self._show_fit(judged)
 
     def _show_fit(self, judged: Judged) -> None:
         self.judged[judged.choice.label] = judged
@@ -390,33 +400,23 @@ class GetModelsDialog(QDialog):
 
     # The Hub's thread ---------------------------------------------------------------
 
-    def _ask(self, work: Callable[[], Any], then: Callable[[Any], None],
-             asked: int | None = None) -> None:
-        """Run ``work`` on the Hub's thread, then ``then`` on this one, unless a newer
-        search or listing was asked meanwhile; a HubError is said above the results."""
-        if asked is None:
-            asked = self._asked = next(self._generation)
+    def _ask(self, work: Callable[[], T], then: Callable[[T], None]) -> None:
+        """Run ``work`` off this thread, then ``then`` here, unless a newer search or
+        listing was asked meanwhile; a HubError is said above the results."""
+        self._asked += 1
+        asked = self._asked
 
-        def run() -> None:
+        async def run() -> None:
             try:
-                value = work()
+                value = await event_loop.off_thread(work)
             except HubError as error:
-                self._deliver(self._failed, str(error), asked)
+                if asked == self._asked:
+                    self._say(str(error))
                 return
-            self._deliver(then, value, asked)
-
-        self._worker.submit(run)
-
-    def _deliver(self, then: Callable[[Any], None], value: object, asked: int) -> None:
-        def current(result: object) -> None:
             if asked == self._asked:
-                then(result)
+                then(value)
 
-        with contextlib.suppress(RuntimeError):  # the dialog is gone
-            self._relay.ran.emit(current, value)
-
-    def _failed(self, message: str) -> None:
-        self._say(message)
+        self._tasks.spawn(run())
 
     def _say(self, text: str) -> None:
         self.message.setText(text)
