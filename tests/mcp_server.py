@@ -29,6 +29,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 server = MCPServer("fireside-test-tools", log_level="WARNING")
 
 
+def tools_ran(log: Path) -> list[str]:
+    """The tools this server ran, in order, from its FIRESIDE_TEST_TOOL_LOG."""
+    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
+
+
 def _ran(name: str) -> None:
     log = os.environ.get("FIRESIDE_TEST_TOOL_LOG")
     if log:

@@ -20,7 +20,7 @@ import pytest
 from app.core import settings
 from tests.cli.test_commands import events, fireside
 from tests.core.helpers import sigint_not_ignored
-from tests.mcp_server import over_http
+from tests.mcp_server import over_http, tools_ran
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
 ADD = "Use the add tool to add 17 and 25, then tell me the sum."
@@ -41,8 +41,7 @@ def mcp_json(tmp_path: Path) -> Path:
 
 
 def ran(mcp_json: Path) -> list[str]:
-    log = mcp_json.parent / "ran.log"
-    return log.read_text(encoding="utf-8").split() if log.exists() else []
+    return tools_ran(mcp_json.parent / "ran.log")
 
 
 def chat(model: Path, mcp_json: Path, *args: str) -> list[dict[str, Any]]:

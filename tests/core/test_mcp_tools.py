@@ -24,6 +24,7 @@ from app.core.tools.mcp_tools import McpConnection, McpError, McpServer
 from app.core.tools.toolbox import Toolbox
 from tests.cli.test_servers import kept_keys, keyring_file  # noqa: F401 - a fixture
 from tests.mcp_server import over_http
+from tests.mcp_server import tools_ran as ran
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
 TOKEN = "mcp-test-token-5d1"
@@ -33,10 +34,6 @@ TOKEN = "mcp-test-token-5d1"
 def log(tmp_path: Path) -> Path:
     """Where the server writes the name of each tool it runs."""
     return tmp_path / "ran.log"
-
-
-def ran(log: Path) -> list[str]:
-    return log.read_text(encoding="utf-8").splitlines() if log.exists() else []
 
 
 def wait_for(condition: Callable[[], bool], what: str, guard_s: float = 60) -> None:

@@ -18,6 +18,7 @@ from app.core.conversations.chat import ALLOW_ONCE, DENY, ToolHooks
 from app.core.conversations.store import Store
 from app.core.fireside import Fireside, SessionSettings
 from app.core.reply.replies import ToolCall, ToolRun
+from tests.mcp_server import tools_ran
 from tests.scripted_engine import ScriptedEngine
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
@@ -38,8 +39,7 @@ def core(smollm2_path: Path, tmp_path: Path) -> Iterator[Fireside]:
 
 
 def ran(tmp_path: Path) -> list[str]:
-    log = tmp_path / "ran.log"
-    return log.read_text(encoding="utf-8").split() if log.exists() else []
+    return tools_ran(tmp_path / "ran.log")
 
 
 def engine(core: Fireside) -> ScriptedEngine:

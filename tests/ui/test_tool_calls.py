@@ -20,6 +20,7 @@ from app.core.conversations.chat import ALLOW_ONCE, DENY
 from app.core.reply.replies import ToolCall, ToolRun
 from app.ui.messages.tool_call_view import ToolCallView
 from app.ui.window import MainWindow
+from tests.mcp_server import tools_ran
 from tests.ui.conftest import REPLY_TIMEOUT_MS, WindowFactory, greedy_settings, type_and_send
 
 SERVER = Path(__file__).resolve().parents[1] / "mcp_server.py"
@@ -48,8 +49,7 @@ def window(open_window: WindowFactory, qtbot: Any, tmp_path: Path) -> MainWindow
 
 
 def ran(tmp_path: Path) -> list[str]:
-    log = tmp_path / "ran.log"
-    return log.read_text(encoding="utf-8").split() if log.exists() else []
+    return tools_ran(tmp_path / "ran.log")
 
 
 def cards(window: MainWindow) -> list[ToolCallView]:

@@ -19,6 +19,7 @@ from app.ui.messages.tool_call_view import ToolCallView
 from app.ui.window import MainWindow
 from tests.cli.test_servers import kept_keys, keyring_file  # noqa: F401 - a fixture
 from tests.mcp_server import over_http
+from tests.mcp_server import tools_ran as ran
 from tests.ui.conftest import REPLY_TIMEOUT_MS, WindowFactory, greedy_settings, type_and_send
 
 TOKEN = "mcp-window-token-81e"
@@ -28,10 +29,6 @@ ADD = "Use the add tool to add 17 and 25, then tell me the sum."
 @pytest.fixture
 def log(tmp_path: Path) -> Path:
     return tmp_path / "ran.log"
-
-
-def ran(log: Path) -> list[str]:
-    return log.read_text(encoding="utf-8").split() if log.exists() else []
 
 
 @pytest.fixture
