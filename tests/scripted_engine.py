@@ -146,6 +146,11 @@ class ScriptedEngine(OneThreadBackend):
                            model=model.name)
         return Reply(text, stats, tool_calls=calls)
 
+    @property
+    def last_prompt(self) -> str:
+        """The text of the last reply's prompt and the reply (tokens are characters)."""
+        return "".join(map(chr, self._sequence))
+
     def _require(self) -> LoadedModel:
         if self._loaded is None:
             raise NoModelLoaded()

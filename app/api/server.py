@@ -37,6 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from app.api import embeddings
 from app.api.connections import Limits, protocol
 from app.core.backend import ReplyHandle
 from app.core.conversations.completions import (
@@ -151,7 +152,8 @@ class LocalServer:
 
     def app(self) -> ASGIApp:
         routes = [Route("/v1/models", self._models, methods=["GET"]),
-                  Route("/v1/chat/completions", self._completions, methods=["POST"])]
+                  Route("/v1/chat/completions", self._completions, methods=["POST"]),
+                  Route("/v1/embeddings", self._embeddings, methods=["POST"])]
         handlers: dict[Any, Callable[..., Awaitable[Response]]] = {
             HTTPException: _http_error}
         app = Starlette(routes=routes, exception_handlers=handlers, middleware=[
@@ -207,6 +209,20 @@ class LocalServer:
             return Response(status_code=499)
         finally:
             client.close()
+
+    async def _embeddings(self, request: Request) -> Response:
+        try:
+            body = await _json_body(request)
+            texts, encoding = embeddings.read_inputs(body)
+            embedded = await asyncio.wrap_future(self.core.documents.embeddings(texts))
+            return JSONResponse(embeddings.answer(embedded, encoding, body.get("dimensions")))
+        except ApiError as err:
+            return _error(err)
+        except ClientDisconnect:
+            return Response(status_code=499)
+        except Exception as err:  # no embedding model, or it could not load
+            return _error(ApiError(503, f"No embeddings: {err}", kind="server_error",
+                                   code="embedding_model_unavailable"))
 
     def _admit(self) -> None:
         if self.core.loading:
@@ -394,8 +410,8 @@ def _error(err: ApiError) -> JSONResponse:
 
 async def _http_error(_request: Request, exc: Exception) -> Response:
     status = getattr(exc, "status_code", 500)
-    message = {404: "There is no such route. Fireside serves GET /v1/models and POST "
-                    "/v1/chat/completions.",
+    message = {404: "There is no such route. Fireside serves GET /v1/models, POST "
+                    "/v1/chat/completions and POST /v1/embeddings.",
                405: "This route does not take that method."}.get(status, str(exc))
     return _error(ApiError(status, message))
 

@@ -70,6 +70,8 @@ def _add_chat(commands: _Commands[argparse.ArgumentParser]) -> None:
     _add_thinking(chat)
     _add_tools(chat)
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
+    chat.add_argument("--attach", action="append", default=[], type=Path, metavar="PATH",
+                      help="a file or folder the replies answer from (repeatable)")
     going_on = chat.add_mutually_exclusive_group()
     going_on.add_argument("--conversation", type=int, metavar="ID",
                           help="go on with this stored conversation (ids: `fireside export "
@@ -338,6 +340,7 @@ def _models(args: argparse.Namespace) -> int:
             continue
         size = f"{entry.size_bytes / 1e6:,.0f} MB"
         details = ", ".join(str(x) for x in (
+            "embedding model" if entry.embedding else None,
             "base model" if entry.base_model else None, entry.architecture,
             entry.size_label, entry.quantization, size) if x)
         context = f"{entry.context_length:,} ctx" if entry.context_length else ""

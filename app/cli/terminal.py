@@ -14,7 +14,7 @@ import json
 import signal
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from types import FrameType
@@ -150,6 +150,8 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         if (args.conversation is not None or args.continue_last) and \
                 not _go_on(core, args.conversation, out):
             return 2
+        if args.attach and not _attach(core, args.attach, out):
+            return 2
         if args.prompt is None and not out.as_json:
             out.note("Type /new for a new chat, /model NAME to switch, /quit to leave.")
         session = _TerminalChat(core, out, _ToolAsker(out, args.allow_tools)
@@ -164,6 +166,31 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
         return 0
     finally:
         restore_signal_handlers(previous_handlers)
+
+
+def _attach(core: Fireside, paths: Sequence[Path], out: Output) -> bool:
+    """Bring the documents in and wait for their indexing, showing it; False (told) if
+    a path does not exist. A file that cannot be read is told and left out."""
+    try:
+        core.attach(paths)
+    except ValueError as err:
+        out.error(str(err))
+        return False
+    shown = ""
+    while not core.documents.idle(timeout=0.5):
+        progress = core.documents.progress()
+        line = f"Reading {Path(progress.path).name}: {progress.done}/{progress.total} files"
+        if progress.active and line != shown:
+            out.event("indexing", path=progress.path, done=progress.done,
+                      total=progress.total, passages=progress.passages)
+            if not out.as_json and sys.stderr.isatty():
+                print(f"\r{line}", end="", file=sys.stderr, flush=True)
+            shown = line
+    if shown and not out.as_json and sys.stderr.isatty():
+        print(file=sys.stderr)
+    for problem in core.documents.progress().problems:
+        out.notice(problem)
+    return True
 
 
 def _report_startup(core: Fireside, out: Output) -> int:
@@ -419,8 +446,12 @@ class _TerminalChat:
                        restored_tokens=stats.restored_tokens, tokens=stats.tokens,
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
-                       dropped_turns=stats.dropped_turns, **_placement(self.core.model))
+                       dropped_turns=stats.dropped_turns, sources=list(turn.sources),
+                       **_placement(self.core.model))
         if not self.out.as_json:
+            for source in turn.sources:
+                where = f", {source['location']}" if source.get("location") else ""
+                self.out.note(f"[{source['n']}] {source['path']}{where}")
             if stats.stopped:
                 self.out.note("[stopped]")
             if stats.dropped_turns:
@@ -469,6 +500,8 @@ class _TerminalChat:
         if not self.out.as_json:
             for entry in entries:
                 state = f"unusable: {entry.error}" if entry.error else entry.quantization or ""
+                if entry.embedding:  # listed, but /model refuses it
+                    state = f"{state}, embedding model" if state else "embedding model"
                 self.out.note(f"  {entry.name}  {state}")
 
     def _switch(self, query: str) -> None:

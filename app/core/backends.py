@@ -58,6 +58,12 @@ class Backends:
     def clear(self) -> Future[None]:
         return self._active.clear()
 
+    def tokenize(self, text: str) -> Future[list[int]] | None:
+        """The loaded model's tokens for ``text``, on its own thread; None where the
+        tokenizer is a server's."""
+        tokenize = getattr(self._active, "tokenize", None)
+        return tokenize(text) if callable(tokenize) else None
+
     def generate(self, build: PromptBuilder, sampling: Sampling, owner: int | None = None,
                  pieces: Pieces | None = None) -> ReplyHandle:
         return self._active.generate(build, sampling, owner, pieces)

@@ -7,6 +7,8 @@
 - the model library (:class:`ModelLibrary`): the model folders, other apps' stores,
   and the watcher on them,
 - the toolbox (:class:`Toolbox`): the MCP servers the user added, started on first use,
+- the documents (:class:`Shelf`): files and folders brought into conversations, indexed
+  in the background (waiting while a reply is written), and what each reply is given,
 - settings as a reply or a load uses them: the saved ones, a model's own, and what a
   face sets for its session (the terminal's flags),
 - the turn queue: actions on the model's sequence (send, edit, regenerate, new chat,
@@ -56,8 +58,11 @@ from app.core.backend import (
 from app.core.conversations.chat import ChatResult, ChatService, ChatTurn, ToolHooks, Tooling
 from app.core.conversations.notices import Notice, after_reply, base_model_note
 from app.core.conversations.store import Conversation, Message, Store, StoreError, open_store
+from app.core.documents.index import Collection, DocumentIndex
+from app.core.documents.shelf import Given, Shelf, estimate_tokens, room_for
 from app.core.hub.service import ModelHub
 from app.core.llama import cpu_backends, devices, offload
+from app.core.models import embedding_model
 from app.core.models.catalog import ModelEntry
 from app.core.models.library import ModelLibrary
 from app.core.options import LoadOptions, Sampling
@@ -121,6 +126,10 @@ class Fireside:
         # The Hub: search and downloads, contacted only when the user asks.
         self.hub = ModelHub(prefs)
         self.toolbox = Toolbox(prefs, save=self.save_settings)
+        self.documents = Shelf(DocumentIndex(store.path), self.embedding_model_path)
+        with contextlib.suppress(StoreError):  # conversations deleted for good
+            self.documents.forget_conversations_except(
+                [c.id for c in store.list_conversations()])
         self._tools_in_new_chat = True  # the switch, for a conversation not created yet
         # Things the user should be told once, at the start: a settings file or database
         # set aside, a CPU level passed over.
@@ -285,6 +294,48 @@ class Fireside:
         model = self.engine.loaded
         return model.path if model else None
 
+    def embedding_model_path(self) -> Path | None:
+        """The embedding model documents are searched with: the one chosen in settings,
+        else the bundled all-MiniLM-L6-v2."""
+        chosen = self.settings.embedding_model
+        if chosen and Path(chosen).is_file():
+            return Path(chosen)
+        return embedding_model.default_embedding_model_path()
+
+    # Documents ---------------------------------------------------------------------------
+
+    def attach(self, paths: Sequence[Path]) -> list[Collection]:
+        """Bring files or folders into the open conversation (or the new chat); they are
+        indexed in the background. ValueError naming a path that does not exist."""
+        return self.documents.attach(self.conversation_id, paths)
+
+    def detach(self, collection_id: int) -> None:
+        self.documents.detach(self.conversation_id, collection_id)
+
+    def attached(self) -> list[Collection]:
+        """The open conversation's documents (the new chat's before its first message)."""
+        return self.documents.attached(self.conversation_id)
+
+    def _given(self, text: str, history: Sequence[Message]) -> Given | None:
+        """What a reply to ``text`` after ``history`` is given of the documents."""
+        model = self.engine.loaded
+        if model is None or not self.documents.attached(self.conversation_id):
+            return None
+        count = self._token_counter()
+        reserve = min(self.sampling().max_tokens, model.n_ctx // 4)
+        room = room_for(model.n_ctx, reserve, [self.system_prompt(), text],
+                        [m.text + m.attached for m in history], count)
+        users = [m for m in history if m.role == "user"]
+        return self.documents.given(self.conversation_id, [*(m.text for m in users), text],
+                                    [m.sources for m in users], room, count)
+
+    def _token_counter(self) -> Callable[[str], int]:
+        """The loaded model's token count of a text (a server's model: an estimate)."""
+        def count(text: str) -> int:
+            tokens = getattr(self.engine, "tokenize", lambda _text: None)(text)
+            return len(tokens.result()) if tokens is not None else estimate_tokens(text)
+        return count
+
     # Actions on the model's sequence: queued, one at a time ----------------------------
 
     def load(self, path: Path, on_progress: Callable[[float], None] | None = None,
@@ -328,10 +379,14 @@ class Fireside:
 
         def run() -> ChatTurn:
             model = self.engine.loaded
-            first = not any(m.role == "assistant" for m in self.history())
+            history = self.history()
+            first = not any(m.role == "assistant" for m in history)
+            was_new = self.conversation_id is None
             turn = self.chat.send(text, self.sampling(), self.system_prompt(),
                                   self._tooling(tools), tools_on=self.tools_on,
-                                  stopped=self._wanted_now())
+                                  stopped=self._wanted_now(), given=self._given(text, history))
+            if was_new and self.conversation_id is not None:
+                self.documents.adopt(self.conversation_id)
             if model is not None and model.base_model and first:
                 turn.note = base_model_note(model.name)
             return self._start(turn)
@@ -346,15 +401,17 @@ class Fireside:
         one ``conversation_id`` said when the edit began."""
 
         def run() -> Rewound | ChatTurn:
+            history = self.chat.history()
             if self.conversation_id != conversation_id or self.last_user_text() is None:
                 return self._start(self.chat.send(text, self.sampling(), self.system_prompt(),
                                                   self._tooling(tools),
-                                                  stopped=self._wanted_now()))
-            history = self.chat.history()
+                                                  stopped=self._wanted_now(),
+                                                  given=self._given(text, history)))
             users = [i for i, m in enumerate(history) if m.role == "user"]
             before = history[:users[-1]] if users else history
             turn = self.chat.edit_last(text, self.sampling(), self.system_prompt(),
-                                       self._tooling(tools), stopped=self._wanted_now())
+                                       self._tooling(tools), stopped=self._wanted_now(),
+                                       given=self._given(text, before))
             return Rewound(self._start(turn), before, self.conversation_id)
 
         return self._queue(run, preempt)
@@ -388,6 +445,7 @@ class Fireside:
                 raise NoModelLoaded()
             handle = self.engine.generate(build, sampling(model))
             self._reply = handle
+            self._hold_documents(handle.future)
             return handle
 
         return self._queue(run, preempt=False)
@@ -426,7 +484,9 @@ class Fireside:
         def run() -> list[Message] | None:
             if self.store.get_conversation(conversation_id) is None:
                 return None
-            return self.chat.open(conversation_id)
+            messages = self.chat.open(conversation_id)
+            self.documents.focus(conversation_id)
+            return messages
 
         return self._queue(run, preempt)
 
@@ -463,6 +523,7 @@ class Fireside:
 
     def _clear(self) -> None:
         self._tools_in_new_chat = True
+        self.documents.new_chat()
         with contextlib.suppress(NoModelLoaded):  # nothing to clear
             self.chat.new_chat().result()
 
@@ -476,7 +537,13 @@ class Fireside:
         self._reply = turn
         if self._wanted_now():
             turn.stop()  # one that came while it was being set up
+        self._hold_documents(turn.future)
         return turn
+
+    def _hold_documents(self, reply: Future[Any]) -> None:
+        """Indexing waits while a reply is written: the chat has the CPU first."""
+        self.documents.hold()
+        reply.add_done_callback(lambda _done: self.documents.release())
 
     def _queue(self, action: Callable[[], T], preempt: bool) -> Future[T]:
         """Run ``action`` after those queued before it (and their replies). ``preempt``:
@@ -560,6 +627,7 @@ class Fireside:
             self.store.purge_deleted()  # deleted means deleted once Fireside closes
         except StoreError as err:
             logger.warning("deleted conversations not purged: %s", err)
+        self.documents.close()
         self.store.close()
 
     def exit_if_left_running(self, status: int) -> None:

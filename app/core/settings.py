@@ -86,6 +86,9 @@ class Settings:
     hub_token_kept: str = ""  # "" none, else secrets.KeyStore
     # Offline: every connection Fireside would make is refused, with a message.
     offline: bool = False
+    # Documents: the GGUF embedding model their passages are found with ("": the bundled
+    # all-MiniLM-L6-v2). A change re-embeds the passages kept.
+    embedding_model: str = ""
 
     def sampling(self, model: Path | str | None = None) -> Sampling:
         """The sampling for replies, with the model's own settings if it has any."""

@@ -140,7 +140,8 @@ class ChatController(ChatSignals):
         started = await wait(self.core.regenerate(preempt=True, tools=self._reply.tools()))
         if started is not None:
             await self._show(started)
-            await self._reply.begin(started.turn, "")
+            asked = [m for m in started.before if m.role == "user"]
+            await self._reply.begin(started.turn, "", asked[-1].sources if asked else ())
 
     @_action()
     async def new_chat(self) -> None:

@@ -8,10 +8,10 @@ transcript talk to the controllers, and the controllers' signals change them.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from PySide6.QtCore import QObject, Qt
 from PySide6.QtGui import QAction, QKeySequence
@@ -28,10 +28,15 @@ from app.ui import desktop, event_loop, notices
 from app.ui.api_host import ApiHost
 from app.ui.chat_controller import ChatController
 from app.ui.composer import Composer, ComposerBar
+from app.ui.document_chooser import choose_documents
+from app.ui.document_strip import DocumentStrip
+from app.ui.documents_controller import DocumentsController
 from app.ui.event_loop import read
+from app.ui.file_drop import FileDrop
 from app.ui.model_controller import ModelController
 from app.ui.model_picker import ModelPicker
 from app.ui.sidebar import Sidebar
+from app.ui.source_view import SourceView
 from app.ui.status import StatusLine
 from app.ui.top_bar import TopBar
 from app.ui.transcript import TranscriptView
@@ -50,7 +55,9 @@ class ChatWindow(Protocol):
     picker: ModelPicker
     composer_bar: ComposerBar
     composer: Composer
+    document_strip: DocumentStrip
     status: StatusLine
+    chat_area: QWidget  # what files are dropped on
 
     def window(self) -> QWidget: ...  # QWidget's own: the top-level widget, the parent here
     def focus_composer(self) -> None: ...
@@ -67,7 +74,12 @@ class ChatPane(QObject):
         self.controller = ChatController(core, background, tasks, self)
         self.models = ModelController(core, background, tasks, self)
         self.api = ApiHost(core, self)  # Fireside's local API, when the user turns it on
+        self.documents = DocumentsController(core, background, tasks, self)
         self.transcript = TranscriptView(window.window())
+        # The composer takes drops of text of its own: files dropped on it are taken here.
+        self.file_drop = FileDrop(window.chat_area,
+                                  (window.composer, window.composer.viewport()))
+        self.source_view: SourceView | None = None  # made when a source is first opened
         self._edit_conversation: int | None = None  # where an edit under way belongs
         self._refresh_after_edit = False
         self._settings: SettingsDialog | None = None
@@ -78,6 +90,7 @@ class ChatPane(QObject):
         """The conversation open last time, the models found, a model loading (the file
         ``opened``, if one was)."""
         self.controller.start()
+        self.documents.refresh()
         self._refresh_conversations()
         self.models.start(opened)
         self.api.apply()
@@ -98,6 +111,13 @@ class ChatPane(QObject):
         self.transcript.edit_requested.connect(self._on_edit_requested)
         self.transcript.copy_done.connect(notices.info)
         self.transcript.link_clicked.connect(desktop.open_link)
+        self.transcript.source_requested.connect(self.show_source)
+        self.file_drop.dropped.connect(self.documents.attach)
+        w.composer_bar.attach_files_requested.connect(lambda: self.choose_documents(False))
+        w.composer_bar.attach_folder_requested.connect(lambda: self.choose_documents(True))
+        w.composer_bar.set_can_attach(True)
+        w.document_strip.detach_requested.connect(self.documents.detach)
+        w.document_strip.cancel_requested.connect(self.documents.cancel)
         actions: tuple[tuple[str, QKeySequence.StandardKey | str, Callable[[], object]], ...] = (
             ("New chat", QKeySequence.StandardKey.New, self.new_chat),
             ("Regenerate the last reply", "Ctrl+R", self.regenerate),
@@ -124,12 +144,15 @@ class ChatPane(QObject):
         c.message_sent.connect(view.add_user_message)
         c.reply_started.connect(view.begin_reply)
         c.reply_finished.connect(self._on_reply_finished)
+        c.sources_given.connect(view.show_sources)
         c.reply_failed.connect(view.fail_reply)
         c.streaming_changed.connect(self._on_streaming_changed)
         c.send_refused.connect(self._on_send_refused)
         c.tool_call_changed.connect(view.show_call)
         view.tool_decided.connect(c.decide)
         self.window.composer_bar.tools_button.toggled.connect(self._on_tools_toggled)
+        self.documents.attached_changed.connect(self.window.document_strip.show_attached)
+        self.documents.progress_changed.connect(self.window.document_strip.show_progress)
         self._show_tools_switch()
         self.api.changed.connect(self._on_api_changed)
 
@@ -182,6 +205,16 @@ class ChatPane(QObject):
         text = None if self.controller.streaming else self.controller.last_user_text()
         if text is not None:
             self._begin_edit(text)
+
+    def choose_documents(self, folder: bool) -> None:
+        """The Attach menu: files, or a folder, picked in a file dialog."""
+        choose_documents(self.window.window(), folder, self.documents.attach)
+
+    def show_source(self, source: Mapping[str, Any]) -> None:
+        """A reply's source: its passage in a window of its own."""
+        if self.source_view is None:
+            self.source_view = SourceView(self.window.window())
+        self.source_view.show_source(source)
 
     def escape(self) -> bool:
         """Esc: stop the reply, or the load, or the edit. False if there was none."""
@@ -284,6 +317,7 @@ class ChatPane(QObject):
         self.window.status.show_reply(replies[-1] if replies else None)
         self._update_title()
         self._show_tools_switch()
+        self.documents.refresh()
 
     def _on_chat_cleared(self) -> None:
         self._leave_edit()
@@ -292,6 +326,7 @@ class ChatPane(QObject):
         self.window.status.show_reply(None)
         self._update_title()
         self._show_tools_switch()
+        self.documents.refresh()
 
     # Tools ----------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ class ChatSignals(QObject):
     message_sent = Signal(str)  # the user's message was saved; its reply follows
     reply_started = Signal(str, PieceStream)  # from this model; its text streams in the second
     reply_finished = Signal(str, object)  # finished or stopped: its whole text and ReplyStats
+    sources_given = Signal(tuple)  # the documents' passages the reply just ended was given
     reply_failed = Signal(str)  # the reply could not be produced, for this reason
     streaming_changed = Signal(bool)
     send_refused = Signal(str)  # this text was not sent (the reason was shown): give it back

@@ -1,13 +1,15 @@
-"""Where the user writes: a growing text box with Send, which turns into Stop."""
+"""Where the user writes: a growing text box with Send, which turns into Stop, and
+Attach, which brings files or a folder into the conversation."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import QEvent, QObject, Qt, Signal
-from PySide6.QtGui import QFocusEvent, QKeyEvent
+from PySide6.QtCore import QEvent, QObject, QSize, Qt, Signal
+from PySide6.QtGui import QColor, QFocusEvent, QKeyEvent
 from PySide6.QtWidgets import (
     QFrame,
     QHBoxLayout,
     QLabel,
+    QMenu,
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
@@ -15,6 +17,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
     QWidget,
 )
+
+from app.ui import icons
 
 MAX_LINES = 8
 FOCUSED_FRAME = "#composerFrame { border-color: palette(highlight); }"
@@ -65,7 +69,7 @@ class Composer(QPlainTextEdit):
 
 
 class ComposerBar(QFrame):
-    """The composer, its Send/Stop button and the note shown while editing."""
+    """The composer, its Attach and Send/Stop buttons and the note shown while editing."""
 
     send_requested = Signal(str)
     """The user sent this text (Enter or Send)."""
@@ -73,6 +77,10 @@ class ComposerBar(QFrame):
     """The user wants the streaming reply to stop."""
     edit_cancelled = Signal()
     """The user gave up editing the last message."""
+    attach_files_requested = Signal()
+    """The user wants to pick files to bring into the conversation."""
+    attach_folder_requested = Signal()
+    """The user wants to pick a folder to bring into the conversation."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -113,10 +121,12 @@ class ComposerBar(QFrame):
         self.tools_button.setToolTip("Let the model call the tools of the servers added in "
                                      "Settings → Tools; each call is asked first")
         self.tools_button.hide()
+        self.attach_button = self._attach_button()
 
         row = QHBoxLayout(self.frame)
-        row.setContentsMargins(12, 8, 8, 8)
-        row.setSpacing(8)
+        row.setContentsMargins(6, 8, 8, 8)
+        row.setSpacing(6)
+        row.addWidget(self.attach_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.composer, 1)
         row.addWidget(self.tools_button, 0, Qt.AlignmentFlag.AlignBottom)
         row.addWidget(self.send_button, 0, Qt.AlignmentFlag.AlignBottom)
@@ -130,9 +140,36 @@ class ComposerBar(QFrame):
         self.composer.textChanged.connect(self._update_buttons)
         self._update_buttons()
 
+    def _attach_button(self) -> QToolButton:
+        button = QToolButton(self.frame)
+        button.setObjectName("attachButton")
+        button.setAccessibleName("Attach documents")
+        button.setToolTip("Bring files or a folder into this conversation (or drop them "
+                          "on the chat)")
+        button.setIconSize(QSize(18, 18))
+        button.setCursor(Qt.CursorShape.PointingHandCursor)
+        button.setPopupMode(QToolButton.ToolButtonPopupMode.InstantPopup)
+        menu = QMenu(button)
+        menu.setObjectName("attachMenu")
+        self.attach_files_action = menu.addAction("Files…")
+        self.attach_files_action.setObjectName("attachFilesAction")
+        self.attach_files_action.triggered.connect(self.attach_files_requested)
+        self.attach_folder_action = menu.addAction("Folder…")
+        self.attach_folder_action.setObjectName("attachFolderAction")
+        self.attach_folder_action.triggered.connect(self.attach_folder_requested)
+        button.setMenu(menu)
+        button.setEnabled(False)  # until the chat is ready to take documents
+        return button
+
     @property
     def editing(self) -> bool:
         return self._editing
+
+    def set_can_attach(self, can_attach: bool) -> None:
+        self.attach_button.setEnabled(can_attach)
+
+    def apply_icons(self, color: QColor) -> None:
+        self.attach_button.setIcon(icons.glyph("paperclip", color))
 
     def set_streaming(self, streaming: bool) -> None:
         """While a reply streams, Send becomes Stop."""

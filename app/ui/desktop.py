@@ -1,4 +1,5 @@
-"""Handing things to the desktop: folders to the file manager, links to the browser."""
+"""Handing things to the desktop: folders to the file manager, links to the browser,
+documents to the app that opens them."""
 
 from __future__ import annotations
 
@@ -29,3 +30,11 @@ def open_link(url: QUrl) -> None:
         return
     if not QDesktopServices.openUrl(url):
         notices.warning(f"No browser could be opened for {url.toDisplayString()}")
+
+
+def open_file(path: Path) -> None:
+    """Open a document in the app the desktop opens it with."""
+    if not path.exists():
+        notices.warning(f"{path} is no longer there: it was moved or deleted.")
+    elif not QDesktopServices.openUrl(QUrl.fromLocalFile(str(path))):
+        notices.warning(f"No app could be opened for {path.name}. The file is {path}")

@@ -200,6 +200,8 @@ class ModelPicker(QComboBox):
     def set_entries(self, entries: Sequence[ModelEntry],
                     contexts: Mapping[Path, LoadOptions] | None = None,
                     placements: Mapping[Path, Plan | None] | None = None) -> None:
+        """Show the chat models of ``entries``: an embedding model is no chat's model."""
+        entries = [e for e in entries if not e.embedding]
         model = self.list_model
         model.set_entries(entries, contexts, placements)
         metrics = self.fontMetrics()

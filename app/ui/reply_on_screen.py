@@ -5,7 +5,8 @@ through the chat's signals and on the message bar."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from PySide6.QtCore import QObject
 
@@ -72,9 +73,12 @@ class ReplyOnScreen(QObject):
             self.stop()
             await asyncio.wait([task])
 
-    async def begin(self, turn: ChatTurn, text: str) -> None:
+    async def begin(self, turn: ChatTurn, text: str,
+                    sources: Sequence[Mapping[str, Any]] = ()) -> None:
         """Show the user's ``text`` (none when it is already shown), then ``turn``'s reply
-        as it streams in."""
+        as it streams in; under it, once it ends, the sources it was given (the turn's,
+        else ``sources``: a reply written again is given those of the message it
+        answers)."""
         pieces = PieceStream(turn.pieces, self)  # the core's buffer, as the GUI takes it
         self._turn = turn
         self._calls_shown = False
@@ -84,14 +88,16 @@ class ReplyOnScreen(QObject):
             await asyncio.sleep(0)
         model = self._core.model
         self._signals.reply_started.emit(model.name if model else "", pieces)
-        self._task = self._tasks.spawn(self._stream(turn, pieces))
+        self._task = self._tasks.spawn(self._stream(turn, pieces,
+                                                    tuple(turn.sources or sources)))
         await asyncio.sleep(0)
 
     def _on_tool_call_changed(self, run: ToolRun) -> None:
         self._calls_shown = True
         self._signals.tool_call_changed.emit(run)
 
-    async def _stream(self, turn: ChatTurn, pieces: PieceStream) -> None:
+    async def _stream(self, turn: ChatTurn, pieces: PieceStream,
+                      sources: tuple[Mapping[str, Any], ...]) -> None:
         signals = self._signals
         try:
             result = await wait(turn.future)
@@ -101,6 +107,8 @@ class ReplyOnScreen(QObject):
                 notices.error(str(err))
         else:
             signals.reply_finished.emit(result.reply.text, result.reply.stats)
+            if sources:
+                signals.sources_given.emit(sources)
             if self._calls_shown:  # the replies and calls as stored, each in its place
                 signals.conversation_opened.emit(self._core.conversation_id,
                                                  read(self._core.history, list[Message]()))

@@ -37,6 +37,7 @@ class Colors:
     hover: str
     info: str
     warning: str
+    warning_text: str  # a warning said in a line of text, not on a bar
     error: str
     link: str
     dark: bool
@@ -46,13 +47,15 @@ LIGHT = Colors(
     window="#ffffff", sidebar="#f6f5f3", surface="#ffffff", raised="#f1efec",
     border="#e2dfda", text="#1f1d1a", muted="#77716a", accent="#e2571c",
     accent_hover="#c94a14", accent_text="#ffffff", selection="#e9e5df", hover="#efece8",
-    info="#e8f0fb", warning="#fdf3dc", error="#fce8e6", link="#c2410c", dark=False)
+    info="#e8f0fb", warning="#fdf3dc", warning_text="#9a6700", error="#fce8e6",
+    link="#c2410c", dark=False)
 
 DARK = Colors(
     window="#1c1c1e", sidebar="#151517", surface="#26262a", raised="#2c2c31",
     border="#34343a", text="#ececee", muted="#9a9aa3", accent="#f0712f",
     accent_hover="#ff8547", accent_text="#ffffff", selection="#2e2e34", hover="#242428",
-    info="#1d2a3d", warning="#3a2f17", error="#3d1e1e", link="#fb923c", dark=True)
+    info="#1d2a3d", warning="#3a2f17", warning_text="#e3b341", error="#3d1e1e",
+    link="#fb923c", dark=True)
 
 
 def system_is_dark() -> bool:
@@ -117,8 +120,10 @@ QToolButton#settingsButton, QToolButton#modelsFolderButton, QToolButton#messageC
     border: none; border-radius: 8px; padding: 6px; }}
 QToolButton#settingsButton:hover, QToolButton#modelsFolderButton:hover,
 QToolButton#messageClose:hover {{ background: {c.hover}; }}
-#loadProgress, #contextMeter {{ background: {c.raised}; border: none; border-radius: 3px; }}
-#loadProgress::chunk, #contextMeter::chunk {{ background: {c.accent}; border-radius: 3px; }}
+#loadProgress, #contextMeter, #documentsProgress {{ background: {c.raised}; border: none;
+    border-radius: 3px; }}
+#loadProgress::chunk, #contextMeter::chunk, #documentsProgress::chunk {{
+    background: {c.accent}; border-radius: 3px; }}
 #composerFrame {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 14px; }}
 #composer {{ background: transparent; border: none; }}
 #sendButton, #stopButton {{ background: {c.accent}; color: {c.accent_text}; border: none;
@@ -134,15 +139,39 @@ QToolButton#messageClose:hover {{ background: {c.hover}; }}
 #messageAction {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 7px;
     padding: 4px 12px; font-weight: 600; }}
 #messageAction:hover {{ background: {c.hover}; }}
-QPushButton#cancelLoadButton, #settingsDialog QPushButton {{ background: {c.surface};
-    border: 1px solid {c.border}; border-radius: 7px; padding: 5px 12px; }}
-QPushButton#cancelLoadButton:hover, #settingsDialog QPushButton:hover {{
-    background: {c.hover}; }}
+QPushButton#cancelLoadButton, QPushButton#cancelReadingButton, #settingsDialog QPushButton,
+#sourceView QPushButton {{ background: {c.surface}; border: 1px solid {c.border};
+    border-radius: 7px; padding: 5px 12px; }}
+QPushButton#cancelLoadButton:hover, QPushButton#cancelReadingButton:hover,
+#settingsDialog QPushButton:hover, #sourceView QPushButton:hover {{ background: {c.hover}; }}
+QPushButton#cancelReadingButton {{ padding: 2px 10px; }}
 #settingsDialog QLineEdit, #settingsDialog QPlainTextEdit, #settingsDialog QListWidget {{
     background: {c.surface}; border: 1px solid {c.border}; border-radius: 6px; padding: 3px; }}
 #settingsNote {{ color: {c.muted}; }}
 #chatPlaceholder {{ color: {c.muted}; font-size: 15px; }}
+QToolButton#attachButton {{ border: none; border-radius: 8px; padding: 5px; }}
+QToolButton#attachButton:hover {{ background: {c.hover}; }}
+QToolButton#attachButton::menu-indicator {{ image: none; width: 0; }}
+#documentChip {{ background: {c.raised}; border: 1px solid {c.border}; border-radius: 12px; }}
+QToolButton#chipClose {{ border: none; border-radius: 9px; padding: 2px; }}
+QToolButton#chipClose:hover {{ background: {c.hover}; }}
+QToolButton#documentProblems {{ color: {c.warning_text}; border: none; border-radius: 6px;
+    padding: 2px 4px; }}
+QToolButton#documentProblems:hover, QToolButton#documentProblems:checked {{
+    background: {c.hover}; }}
+#documentProblemList, #sourcePath {{ color: {c.muted}; }}
+#documentProblemList {{ padding-left: 6px; }}
+#dropHighlight {{ border: 2px dashed {c.accent}; border-radius: 14px;
+    background: {_translucent(c.window, 0.88)}; }}
+#dropHint {{ color: {c.text}; font-size: 15px; font-weight: 600; background: transparent; }}
+#sourcePassage {{ background: {c.surface}; border: 1px solid {c.border}; border-radius: 8px;
+    padding: 6px; }}
 """
+
+
+def _translucent(color: str, alpha: float) -> str:
+    value = QColor(color)
+    return f"rgba({value.red()}, {value.green()}, {value.blue()}, {round(alpha * 255)})"
 
 
 def apply(app: QApplication, theme: str) -> Colors:

@@ -11,7 +11,8 @@ it stays put.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from PySide6.QtCore import QEvent, Qt, QTimer, QUrl, Signal
 from PySide6.QtGui import QFontDatabase
@@ -43,6 +44,8 @@ class TranscriptView(QWidget):
     """The user answered for a tool call: its id and ALLOW_ONCE, ALLOW_ALWAYS or DENY."""
     get_models_requested = Signal()
     """The empty conversation's link: find and download models."""
+    source_requested = Signal(object)
+    """The user clicked a source under a reply: its dict, as the core keeps it."""
 
     def __init__(self, parent: QWidget | None = None) -> None:
         super().__init__(parent)
@@ -89,7 +92,7 @@ class TranscriptView(QWidget):
         # The column must be on screen before rows are built, or they are first laid
         # out at the size of a hidden widget.
         self._stack.setCurrentWidget(self._column if messages else self._empty_page)
-        self._column.set_entries([_entry(m) for m in messages])
+        self._column.set_entries(_entries(messages))
         self._refresh_actions()
 
     def clear(self) -> None:
@@ -178,6 +181,17 @@ class TranscriptView(QWidget):
             entry.row.finish(text, stats)
         self._refresh_actions()
 
+    def show_sources(self, sources: Sequence[Mapping[str, Any]]) -> None:
+        """The sources of the reply that just ended, under it."""
+        entries = self._column.entries
+        if self._live is not None or not entries or entries[-1].role != "assistant":
+            return
+        entry = entries[-1]
+        entry.sources = tuple(sources)
+        if entry.row is not None:
+            entry.row.set_sources(entry.sources)
+            self._column.schedule()  # the row grew
+
     def fail_reply(self, message: str) -> None:
         """The reply failed: keep what arrived and say why it ended."""
         entry = self._live
@@ -214,12 +228,14 @@ class TranscriptView(QWidget):
     def _build_row(self, entry: Entry, width: int, parent: QWidget) -> MessageWidget:
         row = MessageWidget(entry.role, entry.text, self._theme, model=entry.model,
                             stats=entry.stats, note=entry.note, thinking=entry.thinking,
-                            calls=entry.calls, width=width, parent=parent)
+                            calls=entry.calls, sources=entry.sources, width=width,
+                            parent=parent)
         row.copied.connect(self.copy_done)
         row.link_activated.connect(self.link_clicked)
         row.regenerate_requested.connect(self.regenerate_requested)
         row.edit_requested.connect(self.edit_requested)
         row.tool_decided.connect(self.tool_decided)
+        row.source_clicked.connect(self.source_requested)
         entries = self._column.entries
         if self._live is None and entries:
             row.show_actions(regenerate=entry is entries[-1], edit=entry is _last_user(entries))
@@ -278,6 +294,7 @@ class TranscriptView(QWidget):
             f" border-radius: 14px; }}"
             f" #messageAuthor {{ color: {muted}; font-weight: 600; }}"
             f" #replyDetails {{ color: {muted}; padding: 2px 4px; }}"
+            f" #sourcesLine {{ color: {muted}; padding-top: 4px; }}"
             f" #thinkingText {{ color: {muted}; background: transparent;"
             f" border: none; border-left: 2px solid {self._theme.border};"
             f" padding-left: 10px; margin-left: 6px; }}"
@@ -297,6 +314,20 @@ class TranscriptView(QWidget):
             f" {action}:focus {{"
             f" border: 1px solid {palette.color(palette.ColorRole.Highlight).name()}; }}"
         )
+
+
+def _entries(messages: Sequence[Message]) -> list[Entry]:
+    """The messages as entries; a reply shows the sources stored with the user's message
+    it answers, under the last of its parts (the answer after any calls)."""
+    entries = [_entry(m) for m in messages]
+    asked: Sequence[Mapping[str, Any]] = ()
+    for index, (message, entry) in enumerate(zip(messages, entries, strict=True)):
+        if message.role == "user":
+            asked = message.sources
+        elif message.role == "assistant" and asked and (
+                index + 1 == len(messages) or messages[index + 1].role != "assistant"):
+            entry.sources = tuple(asked)
+    return entries
 
 
 def _entry(message: Message) -> Entry:

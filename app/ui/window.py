@@ -1,4 +1,4 @@
-"""The main window: sidebar, model picker, transcript, composer and status line.
+"""The main window: sidebar, model picker, transcript, documents, composer and status line.
 
 The window paints before anything heavy is imported. ``start()`` then imports the
 chat (the transcript, asyncio, the core and llama.cpp) and opens the core off the GUI
@@ -42,6 +42,7 @@ from PySide6.QtWidgets import (
 from app.core import paths, settings
 from app.ui import desktop, icons, notices, theme
 from app.ui.composer import ComposerBar
+from app.ui.document_strip import DocumentStrip
 from app.ui.notices import NoticeBar
 from app.ui.sidebar import Sidebar
 from app.ui.status import StatusLine
@@ -123,12 +124,13 @@ class MainWindow(QMainWindow):
         self.chat_view.setObjectName("chatView")
         self.chat_view.addWidget(self.placeholder)
 
+        self.document_strip = DocumentStrip(self)  # shown once there are documents
         self.composer_bar = ComposerBar(self)
         self.composer = self.composer_bar.composer
         self.composer_bar.set_can_send(False, "Waiting for the model to load")
         self.status = StatusLine(self)
 
-        main = QWidget(self)
+        self.chat_area = main = QWidget(self)  # files dropped here join the conversation
         main.setObjectName("chatArea")
         column = QVBoxLayout(main)
         column.setContentsMargins(0, 0, 0, 0)
@@ -142,6 +144,7 @@ class MainWindow(QMainWindow):
         bottom = QVBoxLayout()
         bottom.setContentsMargins(20, 6, 20, 10)
         bottom.setSpacing(6)
+        bottom.addWidget(self.document_strip)
         bottom.addWidget(self.composer_bar)
         bottom.addWidget(self.status)
         column.addLayout(bottom)
@@ -163,6 +166,8 @@ class MainWindow(QMainWindow):
         self.sidebar.new_chat_button.setIcon(icons.glyph("plus", color, 16))
         self.sidebar.search_action.setIcon(icons.glyph("search", color, 16))
         self.top_bar.apply_icons(color)
+        self.composer_bar.apply_icons(color)
+        self.document_strip.apply_icons(color)
         self.message_bar.close_button.setIcon(icons.glyph("close", color, 14))
         self.sidebar.set_logo(icons.app_icon())
 

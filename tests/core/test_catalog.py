@@ -13,10 +13,12 @@ import numpy as np
 import pytest
 
 from app.core import paths
-from app.core.models import catalog
+from app.core.models import catalog, embedding_model
 from app.core.models.bundled import bundled_dir
 from app.core.models.catalog import ModelEntry, default_folders, describe, find, scan
+from app.core.models.choice import choose_model, start_model
 from app.core.models.gguf import read_header
+from app.core.settings import Settings
 from tests.gguf_files import copy_with_metadata, write_gguf, write_split
 
 JSON_KEYS = {
@@ -199,6 +201,41 @@ def test_projectors_and_adapters_are_not_listed(tmp_path: Path) -> None:
     assert names(scan([(tmp_path, catalog.SETTINGS)])) == ["Chat"]
     assert describe(tmp_path / "lora.gguf").error == "a LoRA adapter, not a chat model"
     assert "vision projector" in (describe(tmp_path / "vision.gguf").error or "")
+
+
+def test_embedding_models_are_listed_as_such(tmp_path: Path) -> None:
+    model(tmp_path / "chat.gguf", "Chat")
+    write_gguf(tmp_path / "bge.gguf", arch="bert", metadata={"general.name": "BGE"})
+    model(tmp_path / "qwen3-embedding.gguf", "Qwen3 Embedding", **{"llama.pooling_type": 3})
+    entries = scan([(tmp_path, catalog.SETTINGS)])
+    assert {e.name: e.embedding for e in entries} == {
+        "BGE": True, "Chat": False, "Qwen3 Embedding": True}
+    assert all(e.usable and not (e.embedding and e.base_model) for e in entries)
+    assert names(catalog.chat_models(entries)) == ["Chat"]
+    assert describe(tmp_path / "bge.gguf").to_json()["embedding"] is True
+
+
+@pytest.mark.model
+def test_the_bundled_embedding_model_is_never_a_chat_model(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = embedding_model.default_embedding_model_path()
+    assert path is not None, "run `make setup`"
+    entries = scan(default_folders())
+    listed, = [e for e in entries if e.path == path]
+    assert (listed.name, listed.architecture, listed.quantization) == (
+        "all-MiniLM-L6-v2", "bert", "F16")
+    assert listed.embedding and listed.usable and not listed.base_model
+    assert path not in {e.path for e in catalog.chat_models(entries)}
+    for query in (listed.name, str(path)):
+        with pytest.raises(LookupError, match="all-MiniLM-L6-v2 is an embedding model"):
+            choose_model(query, entries, Settings())
+    # With nothing else installed, it is not the model a chat starts with either.
+    alone = tmp_path / "bundled"
+    (alone / "embedding").mkdir(parents=True)
+    (alone / "embedding" / path.name).symlink_to(path)
+    monkeypatch.setenv("FIRESIDE_BUNDLED_DIR", str(alone))
+    with pytest.raises(LookupError, match="No model found"):
+        start_model(scan(default_folders()), Settings())
 
 
 def test_the_same_file_is_listed_once(tmp_path: Path) -> None:

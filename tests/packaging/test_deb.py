@@ -163,8 +163,11 @@ def test_bundled_model_answers_offline(
         installed: list[str], clean_env: dict[str, str], tmp_path: Path) -> None:
     listed = _run(["models", "--json"], clean_env, cwd=tmp_path)
     models = [json.loads(line) for line in listed.stdout.splitlines()]
-    assert [Path(m["path"]).name for m in models] == ["SmolLM2-135M-Instruct.Q4_1.gguf"]
-    assert Path(models[0]["path"]).is_relative_to(INSTALL_DIR)
+    assert [(Path(m["path"]).name, m["embedding"]) for m in models] == [
+        ("all-MiniLM-L6-v2.f16.gguf", True), ("SmolLM2-135M-Instruct.Q4_1.gguf", False)]
+    assert all(Path(m["path"]).is_relative_to(INSTALL_DIR) for m in models)
+    # The embedding model travels with its license notice.
+    assert (Path(models[0]["path"]).parent / "all-MiniLM-L6-v2.NOTICE.txt").is_file()
 
     trace = tmp_path / "chat.trace"
     ask = ["chat", "--json", "--temperature", "0", "--max-tokens", "24", QUESTION]

@@ -32,8 +32,8 @@ from app.ui.settings.dialog import SettingsDialog
 from tests.ui.settings_pages import open_page, page_at, page_names
 
 C = TypeVar("C", bound=QWidget)
-PAGES = ["Models", "Replies", "This model", "Appearance", "Network", "Servers", "Tools",
-         "Local server", "Hardware"]
+PAGES = ["Models", "Replies", "This model", "Documents", "Appearance", "Network", "Servers",
+         "Tools", "Local server", "Hardware"]
 
 
 @pytest.fixture

@@ -37,6 +37,7 @@ from app.core.conversations.store import (
     default_title,
 )
 from app.core.conversations.unsaved import UnsavedMessages
+from app.core.documents.shelf import Given
 from app.core.options import LoadOptions, Sampling
 from app.core.reply import templates, thinking, tool_calls
 from app.core.reply.pieces import Mark, Pieces
@@ -69,6 +70,8 @@ class ChatTurn:
         self.pieces = Pieces()
         self.future.add_done_callback(lambda _done: self.pieces.end())
         self.note: str | None = None  # something a face says quietly once it is done
+        # The passages (or whole files) of the documents the reply was given, best first.
+        self.sources: tuple[dict[str, Any], ...] = ()
         self.stopped = threading.Event()  # also cancels a call running or asked
         # Each call's outcome, by name and arguments: a call made again is not run again.
         self.results: dict[tuple[str, str], ToolRun] = {}
@@ -216,7 +219,10 @@ def _typed_only(session: Session, strings: list[str]) -> None:
 def _for_template(message: Message) -> list[dict[str, Any]]:
     """A stored message as templates take it: a reply that called tools is followed by
     the tools' results."""
-    entry: dict[str, Any] = {"role": message.role, "content": message.text}
+    # The documents given with a user message go before it, as the model saw them then:
+    # the conversation's prefix stays the same from turn to turn.
+    content = f"{message.attached}\n\n{message.text}" if message.attached else message.text
+    entry: dict[str, Any] = {"role": message.role, "content": content}
     if message.thinking:
         entry["thinking"] = message.thinking
     if not message.calls:
@@ -295,8 +301,11 @@ class ChatService:
         """The stored messages with the unsaved ones in their place."""
         return self._held.merged(conversation_id)
 
-    def _save_question(self, text: str, settings: dict[str, object]) -> tuple[int, str | None]:
-        """Store the user's message, or hold it in memory if the disk refuses it."""
+    def _save_question(self, text: str, settings: dict[str, object],
+                       given: Given | None = None) -> tuple[int, str | None]:
+        """Store the user's message (with the documents it is given), or hold it in
+        memory if the disk refuses it."""
+        attached, sources = (given.text, given.sources) if given else ("", ())
         with self._lock:
             model = self.model.name if self.model else ""
             if self.conversation_id is None:
@@ -307,20 +316,23 @@ class ChatService:
                     raise
                 except StoreError as err:
                     self.conversation_id = self._held.hold_conversation(
-                        default_title(text), model, settings, text)
+                        default_title(text), model, settings, text, attached=attached,
+                        sources=sources)
                     return self.conversation_id, str(err)
                 self.conversation_id = created.id
             conversation_id = self.conversation_id
             if not self._held.holds(conversation_id):  # never write past unsaved messages
                 try:
-                    self.store.add_message(conversation_id, "user", text)
+                    self.store.add_message(conversation_id, "user", text, attached=attached,
+                                           sources=sources)
                 except NotFoundError:
                     raise
                 except StoreError as err:
-                    self._held.hold(conversation_id, "user", text)
+                    self._held.hold(conversation_id, "user", text, attached=attached,
+                                    sources=sources)
                     return conversation_id, str(err)
                 return conversation_id, None
-            self._held.hold(conversation_id, "user", text)
+            self._held.hold(conversation_id, "user", text, attached=attached, sources=sources)
             error = self.save_unsaved()
             return self._held.saved_id(conversation_id), error
 
@@ -334,10 +346,10 @@ class ChatService:
 
     def send(self, text: str, sampling: Sampling, system_prompt: str = "",
              tooling: Tooling | None = None, *, tools_on: bool = True,
-             stopped: bool = False) -> ChatTurn:
+             stopped: bool = False, given: Given | None = None) -> ChatTurn:
         """Store ``text`` as the user's message and stream the model's reply; with
         ``stopped`` (an action after it wants the model now) the reply is stopped before
-        its first token.
+        its first token; ``given``: what the reply is given of the documents.
 
         A disk that refuses to save never stops the reply: what it refused is held in
         memory (``unsaved``), the result says why, and the next save writes it.
@@ -347,9 +359,11 @@ class ChatService:
         settings: dict[str, object] = {"system_prompt": system_prompt}
         if not tools_on:
             settings["tools"] = False
-        conversation_id, error = self._save_question(text, settings)
-        return self._reply(conversation_id, _Asked(sampling, system_prompt, tooling), error,
+        conversation_id, error = self._save_question(text, settings, given)
+        turn = self._reply(conversation_id, _Asked(sampling, system_prompt, tooling), error,
                            stopped)
+        turn.sources = given.sources if given else ()
+        return turn
 
     def regenerate(self, sampling: Sampling, system_prompt: str = "",
                    tooling: Tooling | None = None, *, stopped: bool = False) -> ChatTurn:
@@ -366,14 +380,15 @@ class ChatService:
                            self._draft_error(conversation_id), stopped)
 
     def edit_last(self, text: str, sampling: Sampling, system_prompt: str = "",
-                  tooling: Tooling | None = None, *, stopped: bool = False) -> ChatTurn:
+                  tooling: Tooling | None = None, *, stopped: bool = False,
+                  given: Given | None = None) -> ChatTurn:
         """Replace the last user message (and its reply) and send it again."""
         conversation_id = self._require_conversation()
         self.save_unsaved()
         users = [m for m in self._history(conversation_id) if m.role == "user"]
         if users:
             self._held.forget_from(conversation_id, users[-1])
-        return self.send(text, sampling, system_prompt, tooling, stopped=stopped)
+        return self.send(text, sampling, system_prompt, tooling, stopped=stopped, given=given)
 
     def _draft_error(self, conversation_id: int) -> str | None:
         if not self._held.holds(conversation_id):

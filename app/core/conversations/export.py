@@ -50,6 +50,11 @@ def export_markdown(store: Store, conversation_ids: Iterable[int]) -> str:
                 lines += ["<details><summary>Thinking</summary>", "",
                           _readable(message.thinking), "", "</details>", ""]
             lines += [_readable(message.text), ""]
+            if message.sources:  # what the reply after it was given of the documents
+                lines += ["*Sources:*", ""] + [
+                    f"{s.get('n')}. {s.get('path')}"
+                    + (f", {s['location']}" if s.get("location") else "")
+                    for s in message.sources] + [""]
             for run in message.calls:  # each call, and its result folded as in the window
                 lines += [f"*Called {run.call.name} `{_one_line(run.call.arguments)}` "
                           f"({run.status})*", "",
@@ -74,7 +79,10 @@ def _load(store: Store, conversation_ids: Iterable[int]
 def _message_json(message: Message) -> dict[str, Any]:
     thinking = {"thinking": message.thinking} if message.thinking else {}
     calls = {"tool_calls": [r.to_json() for r in message.calls]} if message.calls else {}
-    return {"role": message.role, "text": message.text, **thinking, **calls,
+    # The documents' text the model was given with the message, and its sources.
+    documents = ({"documents": {"text": message.attached, "sources": list(message.sources)}}
+                 if message.attached else {})
+    return {"role": message.role, "text": message.text, **thinking, **calls, **documents,
             "created_at": _iso(message.created_at), "complete": message.complete,
             "stats": message.stats}
 

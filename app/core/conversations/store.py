@@ -81,6 +81,10 @@ class Message:
     complete: bool
     thinking: str = ""  # a reply's reasoning before its answer; never a title or a snippet
     calls: tuple[ToolRun, ...] = ()  # functions the reply called, with their results
+    # A user message's documents: the text the model was given before it, and its
+    # sources (documents.shelf.Given), numbered from 1.
+    attached: str = ""
+    sources: tuple[JSONDict, ...] = ()
 
     @property
     def reply_stats(self) -> ReplyStats | None:
@@ -130,9 +134,14 @@ def _add_calls(db: sqlite3.Connection) -> None:
     db.execute("ALTER TABLE messages ADD COLUMN calls TEXT NOT NULL DEFAULT '[]'")
 
 
+def _add_documents(db: sqlite3.Connection) -> None:
+    # JSON {"text": ..., "sources": [...]}; '' for a message with no documents.
+    db.execute("ALTER TABLE messages ADD COLUMN documents TEXT NOT NULL DEFAULT ''")
+
+
 # Applied in order at open; version N is MIGRATIONS[N - 1]. Append, never edit.
 MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (
-    _create_tables, _add_thinking, _add_calls)
+    _create_tables, _add_thinking, _add_calls, _add_documents)
 
 # The search index is derived data, so it is kept out of the migrations: it is built
 # at open whenever it is missing or marked stale (written to while FTS5 was unavailable).
@@ -163,7 +172,7 @@ _REASONS = {
 _REPLY_GONE = "Could not save the reply: it was deleted or is already finished"
 _CONVERSATION_COLUMNS = "id, title, model, created_at, updated_at, settings"
 _MESSAGE_COLUMNS = ("id, conversation_id, role, text, created_at, stats, complete, thinking,"
-                    " calls")
+                    " calls, documents")
 
 
 class Store:
@@ -295,7 +304,8 @@ class Store:
 
     def add_message(self, conversation_id: int, role: Role, text: str,
                     stats: Mapping[str, Any] | None = None, complete: bool = True, *,
-                    thinking: str = "", calls: Sequence[ToolRun] = ()) -> Message:
+                    thinking: str = "", calls: Sequence[ToolRun] = (), attached: str = "",
+                    sources: Sequence[JSONDict] = ()) -> Message:
         if role not in get_args(Role):
             raise ValueError(f"unknown message role {role!r}")
         stats_json = None if stats is None else _dump_json(stats)
@@ -303,16 +313,17 @@ class Store:
             now = self._now()
             cursor = db.execute(
                 "INSERT INTO messages (conversation_id, role, text, created_at, stats, complete,"
-                " thinking, calls) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                " thinking, calls, documents) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, role, _to_db(text), now, stats_json, complete,
-                 _to_db(thinking), _dump_calls(calls)))
+                 _to_db(thinking), _dump_calls(calls), _dump_documents(attached, sources)))
             message_id = _rowid(cursor)
             if complete:
                 self._index(db, message_id, text)
             db.execute("UPDATE conversations SET updated_at = ? WHERE id = ?",
                        (now, conversation_id))
         return Message(message_id, conversation_id, role, text, now,
-                       _load_json(stats_json), complete, thinking, tuple(calls))
+                       _load_json(stats_json), complete, thinking, tuple(calls), attached,
+                       tuple(sources))
 
     def messages(self, conversation_id: int) -> list[Message]:
         """All messages of the conversation, oldest first."""
@@ -577,8 +588,25 @@ def _conversation(row: tuple[Any, ...]) -> Conversation:
 
 
 def _message(row: tuple[Any, ...]) -> Message:
+    attached, sources = _load_documents(row[9])
     return Message(row[0], row[1], cast(Role, row[2]), _from_db(row[3]), row[4],
-                   _load_json(row[5]), bool(row[6]), _from_db(row[7]), _load_calls(row[8]))
+                   _load_json(row[5]), bool(row[6]), _from_db(row[7]), _load_calls(row[8]),
+                   attached, sources)
+
+
+def _dump_documents(attached: str, sources: Sequence[JSONDict]) -> str:
+    if not attached:
+        return ""
+    return json.dumps({"text": attached, "sources": list(sources)}, ensure_ascii=False)
+
+
+def _load_documents(text: str | bytes | None) -> tuple[str, tuple[JSONDict, ...]]:
+    record = _load_json(_from_db(text) if text else None)
+    if not record or not isinstance(record.get("text"), str):
+        return "", ()  # none, or edited by hand into something unreadable
+    sources = record.get("sources")
+    return record["text"], tuple(s for s in sources if isinstance(s, dict)) if isinstance(
+        sources, list) else ()
 
 
 def _dump_calls(calls: Sequence[ToolRun]) -> str:

