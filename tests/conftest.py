@@ -11,7 +11,7 @@ import pytest
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
-from app.core.models import bundled, sources
+from app.core.models import bundled, embedding_model, sources
 from tests.loopback_hub import LoopbackHub
 
 if TYPE_CHECKING:
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 # real window that loads one): whatever needs one of them, directly or through other
 # fixtures, needs the model files.
 MODEL_FIXTURES = frozenset({"smollm2_path", "gemma_path", "thinking_model_path", "reference",
-                            "open_window"})
+                            "open_window", "minilm_path"})
 # Tests under these markers run llama.cpp on the bundled models by definition.
 MODEL_MARKERS = ("native", "gpu")
 
@@ -106,6 +106,15 @@ def reference() -> Reference:
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct: Llama architecture, ChatML template."""
     return _bundled(bundled.DEFAULT_MODEL_FILE)
+
+
+@pytest.fixture(scope="session")
+def minilm_path() -> Path:
+    """all-MiniLM-L6-v2, the bundled embedding model, converted to GGUF at set-up."""
+    path = embedding_model.default_embedding_model_path()
+    if path is None:
+        pytest.fail("the bundled embedding model is missing; run `make setup`")
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -46,6 +46,9 @@ COMPONENTS = (
               ("SmolLM2-Apache-2.0.txt",)),
     Component("Gemma 3 270M", "a second model in source installs, by Google",
               "Gemma Terms of Use", ("Gemma-Terms-of-Use.txt",)),
+    Component("all-MiniLM-L6-v2", "finds passages in your documents, by the "
+              "sentence-transformers authors", "Apache-2.0",
+              ("all-MiniLM-L6-v2-Apache-2.0.txt",)),
     Component("llama.cpp", "runs the models", "MIT", ("llama.cpp-MIT.txt",)),
     Component("llama-cpp-python", "Python bindings for llama.cpp", "MIT",
               ("llama-cpp-python-MIT.txt",)),
@@ -63,6 +66,10 @@ COMPONENTS = (
     Component("psutil", "memory estimates", "BSD-3-Clause", ("psutil-BSD-3-Clause.txt",)),
     Component("NumPy", "used by llama-cpp-python", "BSD-3-Clause",
               ("NumPy-BSD-3-Clause.txt",)),
+    Component("PDFium and pypdfium2", "reads PDF files", "BSD-3-Clause, Apache-2.0",
+              ("PDFium-BSD-3-Clause.txt", "pypdfium2-Apache-2.0.txt")),
+    Component("python-docx and lxml", "reads Word files", "MIT, BSD-3-Clause",
+              ("python-docx-MIT.txt", "lxml-BSD-3-Clause.txt")),
     Component("Python", "the interpreter inside the installers", "PSF-2.0",
               ("Python-PSF-2.0.txt",)),
 )

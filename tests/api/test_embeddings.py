@@ -13,14 +13,11 @@ import pytest
 from app.api.server import LocalServer
 from app.core import settings
 from app.core.fireside import Fireside
-from app.core.models import embedding_model
 from tests.model_server import free_port
 
 
 @pytest.fixture
-def server(smollm2_path: Path) -> Iterator[LocalServer]:
-    if embedding_model.default_embedding_model_path() is None:
-        pytest.fail("the bundled embedding model is missing; run `make setup`")
+def server(smollm2_path: Path, minilm_path: Path) -> Iterator[LocalServer]:
     prefs = settings.load().settings
     prefs.temperature, prefs.seed = 0.0, 1
     core = Fireside.open(prefs=prefs)

@@ -400,9 +400,10 @@ class Replies:
 
     def start_indexing(self) -> None:
         """Indexing goes on; back once it is well under way (reading, cutting,
-        embedding), at any moment of a batch."""
+        embedding, its batches sized again to BATCH_S after the last reply slowed one),
+        at any moment of a batch."""
         self.shelf.release()
-        time.sleep(random.uniform(0.3, 0.3 + 2 * BATCH_S))
+        time.sleep(random.uniform(1.5, 1.5 + 4 * BATCH_S))
 
     def pause_indexing(self) -> None:
         """Indexing waits, as it does for a reply, once the step under way is done."""

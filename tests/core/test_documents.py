@@ -24,7 +24,6 @@ import pytest
 from app.core.documents.index import DocumentIndex
 from app.core.documents.shelf import Shelf
 from app.core.fireside import Fireside
-from app.core.models import embedding_model
 from tests.scripted_engine import ScriptedEngine
 
 TIMEOUT = 120
@@ -71,20 +70,12 @@ class ScriptedEmbedding:
 
 
 @pytest.fixture
-def embedding_path() -> Path:
-    path = embedding_model.default_embedding_model_path()
-    if path is None:
-        pytest.fail("the bundled embedding model is missing; run `make setup`")
-    return path
-
-
-@pytest.fixture
 def engine() -> ScriptedEngine:
     return ScriptedEngine()
 
 
 @pytest.fixture
-def core(engine: ScriptedEngine, smollm2_path: Path, embedding_path: Path) -> Iterator[Fireside]:
+def core(engine: ScriptedEngine, smollm2_path: Path, minilm_path: Path) -> Iterator[Fireside]:
     opened = Fireside.open(engine=engine)
     opened.load(smollm2_path).result(TIMEOUT)
     yield opened

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from app.core.backend import ModelLoadError
 from app.core.llama.embedder import PACK_TOKENS, Embedder, EmbedderError
 from app.core.llama.engine import Engine
-from app.core.models import embedding_model
 from tests.core.helpers import PROBE, ask, user
 
 pytestmark = pytest.mark.model  # the bundled embedding model, made by set-up
@@ -24,14 +24,6 @@ PASSAGES = [
     "The central bank increased borrowing costs as prices kept climbing.",
     "Photosynthesis turns light, water and carbon dioxide into sugar and oxygen.",
 ]
-
-
-@pytest.fixture(scope="module")
-def minilm_path() -> Path:
-    path = embedding_model.default_embedding_model_path()
-    if path is None:
-        pytest.fail("the bundled embedding model is missing; run `make setup`")
-    return path
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +80,15 @@ def test_a_chat_model_is_refused(smollm2_path: Path) -> None:
     with pytest.raises(EmbedderError, match=r"SmolLM2-135M-Instruct\.Q4_1\.gguf is not an "
                                             r"embedding model"):
         Embedder(smollm2_path)
+
+
+def test_the_chat_engine_refuses_it_with_where_it_belongs(minilm_path: Path) -> None:
+    engine = Engine()
+    try:
+        with pytest.raises(ModelLoadError, match=r"embedding model.*Settings → Documents"):
+            engine.load(minilm_path).result(timeout=60)
+    finally:
+        engine.close()
 
 
 def test_a_broken_file_is_refused(tmp_path: Path, minilm_path: Path) -> None:

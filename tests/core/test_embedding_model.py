@@ -28,14 +28,6 @@ SENTENCES = [
 
 
 @pytest.fixture(scope="module")
-def minilm_path() -> Path:
-    path = embedding_model.default_embedding_model_path()
-    if path is None:
-        pytest.fail("the bundled embedding model is missing; run `make setup`")
-    return path
-
-
-@pytest.fixture(scope="module")
 def original() -> zipfile.ZipFile:
     archive = minilm.package_zip()
     if archive is None:

@@ -15,7 +15,8 @@ os.environ.setdefault("QT_API", "pyside6")
 import pytest
 import qasync
 import shiboken6
-from PySide6.QtCore import QEvent, Qt
+from PySide6.QtCore import QEvent, QObject, Qt, QUrl, Slot
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QApplication
 
 from app.core import paths, settings
@@ -173,3 +174,19 @@ def send(qtbot: Any, window: MainWindow, text: str) -> tuple[str, ReplyStats]:
         type_and_send(qtbot, window, text)
     reply, stats = done.args
     return reply, stats
+
+
+@pytest.fixture
+def file_links() -> Iterator[list[QUrl]]:
+    """The files the window asked the desktop to open."""
+    opened: list[QUrl] = []
+
+    class Catcher(QObject):
+        @Slot(QUrl)
+        def open(self, url: QUrl) -> None:
+            opened.append(url)
+
+    catcher = Catcher()
+    QDesktopServices.setUrlHandler("file", catcher, "open")
+    yield opened
+    QDesktopServices.unsetUrlHandler("file")

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QMimeData, QObject, QPoint, QPointF, Qt, QUrl, Slot
-from PySide6.QtGui import QDesktopServices, QDragEnterEvent, QDragLeaveEvent, QDropEvent
+from PySide6.QtCore import QMimeData, QPoint, QPointF, Qt, QUrl
+from PySide6.QtGui import QDragEnterEvent, QDragLeaveEvent, QDropEvent
 from PySide6.QtWidgets import QApplication, QFileDialog, QWidget
 
 from app.core import settings
@@ -140,20 +140,6 @@ def sources_shown(window: MainWindow) -> bool:
     return last_reply(window).sources_line.isVisible()
 
 
-@pytest.fixture
-def file_links() -> Iterator[list[QUrl]]:
-    """The files the window asked the desktop to open."""
-    opened: list[QUrl] = []
-
-    class Catcher(QObject):
-        @Slot(QUrl)
-        def open(self, url: QUrl) -> None:
-            opened.append(url)
-
-    catcher = Catcher()
-    QDesktopServices.setUrlHandler("file", catcher, "open")
-    yield opened
-    QDesktopServices.unsetUrlHandler("file")
 
 
 # Bringing documents in -----------------------------------------------------------------

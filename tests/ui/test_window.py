@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from PySide6.QtCore import QObject, Qt, QUrl, Slot
-from PySide6.QtGui import QDesktopServices
+from PySide6.QtCore import Qt, QUrl
 from PySide6.QtWidgets import QAbstractButton, QLineEdit, QWidget
 
 from app.core import paths, settings
@@ -466,25 +465,13 @@ def test_keyboard_and_accessibility(open_window: WindowFactory, qtbot: Any) -> N
     assert window.controller is not None and window.controller.conversation_id is None
 
 
-def test_empty_state_points_to_the_models_folder(open_window: WindowFactory,
-                                                 qtbot: Any) -> None:
-    opened: list[QUrl] = []
-
-    class Catcher(QObject):
-        @Slot(QUrl)
-        def open(self, url: QUrl) -> None:
-            opened.append(url)
-
-    catcher = Catcher()
-    QDesktopServices.setUrlHandler("file", catcher, "open")
-    try:
-        window = open_window()
-        empty = window.transcript.findChild(QWidget, "transcriptEmpty")
-        assert str(paths.models_dir()) in empty.text()
-        qtbot.mouseClick(window.top_bar.models_folder_button, Qt.MouseButton.LeftButton)
-    finally:
-        QDesktopServices.unsetUrlHandler("file")
-    assert [u.toLocalFile() for u in opened] == [str(paths.models_dir())]
+def test_empty_state_points_to_the_models_folder(open_window: WindowFactory, qtbot: Any,
+                                                 file_links: list[QUrl]) -> None:
+    window = open_window()
+    empty = window.transcript.findChild(QWidget, "transcriptEmpty")
+    assert str(paths.models_dir()) in empty.text()
+    qtbot.mouseClick(window.top_bar.models_folder_button, Qt.MouseButton.LeftButton)
+    assert [u.toLocalFile() for u in file_links] == [str(paths.models_dir())]
 
 
 def test_unexpected_errors_reach_the_message_bar(open_window: WindowFactory,

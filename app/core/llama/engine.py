@@ -200,6 +200,9 @@ class Engine(OneThreadBackend):
             header = header_cache.cached_header(path)
         except gguf.GGUFError as err:
             raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
+        if catalog.is_embedding_model(header):  # it would fail at the first reply
+            raise ModelLoadError(f"{path.name} cannot be used for chat: it is "
+                                 f"{catalog.NOT_FOR_CHAT}. Choose it in Settings → Documents.")
         self._check_memory(path, header, options)
         architecture = header.architecture
         if architecture is None:
