@@ -71,6 +71,11 @@ _SCHEMA = (
 )
 
 _WORD = re.compile(r"\w+", re.UNICODE)
+# A question's word found in more passages than this is left out of the word search
+# ("the", "file"): it ranks nothing, and scoring every passage that holds it is what
+# makes a search over 100,000 passages slow. The floor keeps a small collection's words.
+COMMON_SHARE = 0.10
+COMMON_FLOOR = 2000
 
 
 @dataclass(frozen=True)
@@ -124,6 +129,8 @@ class DocumentIndex:
         self._generation = 0
         self._matrices: dict[tuple[tuple[int, ...], str], tuple[int, np.ndarray, np.ndarray]] = {}
         self._db.execute("PRAGMA foreign_keys = ON")
+        # Passages' rows hold their text and vector: a search reads many of them.
+        self._db.execute("PRAGMA cache_size = -131072")  # KiB: 128 MiB at most
         with contextlib.suppress(sqlite3.OperationalError):  # :memory: has no WAL
             self._db.execute("PRAGMA journal_mode = WAL")
         with self._writing():
@@ -283,7 +290,12 @@ class DocumentIndex:
         words = {w.lower() for w in _WORD.findall(query)}
         if not words or not collection_ids:
             return []
-        match = " OR ".join(f'"{w}"' for w in sorted(words))
+        holding = {w: self._rows("SELECT count(*) FROM doc_words WHERE doc_words MATCH ?",
+                                 f'"{w}"')[0][0] for w in words}
+        total = self._rows("SELECT count(*) FROM doc_passages")[0][0]
+        common = max(COMMON_FLOOR, COMMON_SHARE * total)
+        kept = [w for w in words if holding[w] <= common] or [min(words, key=holding.__getitem__)]
+        match = " OR ".join(f'"{w}"' for w in sorted(kept))
         marks = ",".join("?" * len(collection_ids))
         return [int(r[0]) for r in self._rows(
             f"SELECT w.rowid FROM doc_words w JOIN doc_passages p ON p.id = w.rowid"

@@ -36,7 +36,9 @@ logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-BATCH_S = 0.25  # an indexing batch's target time: what a question may wait behind it
+# An indexing batch's target time: what a question, or a reply's first token, may wait
+# behind it (a batch under way is not interrupted; larger ones are hardly faster).
+BATCH_S = 0.05
 WATCH_S = 5.0  # how often the open conversation's folders are looked at again, at least
 WATCH_SHARE = 0.02  # of one core's time spent looking: a large folder is looked at less
 SOURCES = 8  # passages at most in a reply's prompt
