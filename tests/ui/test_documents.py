@@ -10,8 +10,9 @@ their words alone; these tests hold either way (they look for a file's own words
 from __future__ import annotations
 
 import os
+import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +66,21 @@ def slow_reading(monkeypatch: pytest.MonkeyPatch) -> None:
         return read(path, **options)
 
     monkeypatch.setattr(readers, "read", slowly)
+
+
+@pytest.fixture
+def held_reading(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """Reading waits until the test sets the event: the bar is seen whatever the speed."""
+    go = threading.Event()
+    read = readers.read
+
+    def when_let(path: Path, **options: Any) -> list[readers.Section]:
+        go.wait(timeout=60)
+        return read(path, **options)
+
+    monkeypatch.setattr(readers, "read", when_let)
+    yield go
+    go.set()
 
 
 @pytest.fixture
@@ -146,7 +162,7 @@ def sources_shown(window: MainWindow) -> bool:
 
 def test_a_dropped_folder_shows_its_chip_and_its_reading_then_the_chip_alone(
         open_window: WindowFactory, qtbot: Any, tmp_path: Path, scripted: None,
-        slow_reading: None) -> None:
+        held_reading: threading.Event) -> None:
     window = open_window()
     assert not window.document_strip.isVisible()
     folder = many_files(tmp_path / "harbour", 8)
@@ -160,6 +176,7 @@ def test_a_dropped_folder_shows_its_chip_and_its_reading_then_the_chip_alone(
     assert chip.accessibleName() == "Folder harbour"
     assert chip.toolTip() == str(folder.resolve())
 
+    held_reading.set()
     qtbot.waitUntil(lambda: reading_done(window), timeout=READ_TIMEOUT_MS)
     assert window.document_strip.isVisible() and chip_names(window) == ["harbour"]
     assert not window.document_strip.problems_button.isVisible()
