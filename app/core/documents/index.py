@@ -38,7 +38,6 @@ _SCHEMA = (
         size INTEGER NOT NULL,
         mtime_ns INTEGER NOT NULL,
         text TEXT NOT NULL DEFAULT '',
-        tokens INTEGER NOT NULL DEFAULT 0,
         error TEXT,
         UNIQUE (collection_id, path))""",
     """CREATE TABLE IF NOT EXISTS doc_passages (
@@ -92,7 +91,6 @@ class FileRecord:
     path: Path
     size: int
     mtime_ns: int
-    tokens: int
     error: str | None
 
 
@@ -203,14 +201,14 @@ class DocumentIndex:
     # Files and their passages -------------------------------------------------------
 
     def files(self, collection_id: int) -> list[FileRecord]:
-        return [FileRecord(int(i), int(c), Path(str(p)), int(s), int(m), int(t),
+        return [FileRecord(int(i), int(c), Path(str(p)), int(s), int(m),
                            None if e is None else str(e))
-                for i, c, p, s, m, t, e in self._rows(
-                    "SELECT id, collection_id, path, size, mtime_ns, tokens, error"
+                for i, c, p, s, m, e in self._rows(
+                    "SELECT id, collection_id, path, size, mtime_ns, error"
                     " FROM doc_files WHERE collection_id = ? ORDER BY path", collection_id)]
 
     def put_file(self, collection_id: int, path: Path, size: int, mtime_ns: int, *,
-                 text: str = "", tokens: int = 0, passages: Sequence[Passage] = (),
+                 text: str = "", passages: Sequence[Passage] = (),
                  vectors: np.ndarray | None = None, model: str = "",
                  error: str | None = None) -> int:
         """Keep a file read (or why it could not be), replacing what it held before."""
@@ -218,9 +216,9 @@ class DocumentIndex:
             db.execute("DELETE FROM doc_files WHERE collection_id = ? AND path = ?",
                        (collection_id, str(path)))
             file_id = db.execute(
-                "INSERT INTO doc_files (collection_id, path, size, mtime_ns, text, tokens,"
-                " error) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (collection_id, str(path), size, mtime_ns, text, tokens, error)).lastrowid
+                "INSERT INTO doc_files (collection_id, path, size, mtime_ns, text,"
+                " error) VALUES (?, ?, ?, ?, ?, ?)",
+                (collection_id, str(path), size, mtime_ns, text, error)).lastrowid
             assert file_id is not None
             for number, passage in enumerate(passages):
                 blob = None if vectors is None else _blob(vectors[number])

@@ -406,7 +406,7 @@ class Shelf:
         vectors = self._embed_in_batches([p.text for p in passages]) if embedder else None
         text = "\n\n".join(s.text for s in sections)
         self.index.put_file(collection.id, path, size, mtime_ns, text=text,
-                            tokens=approx_tokens(text), passages=passages, vectors=vectors,
+                            passages=passages, vectors=vectors,
                             model=embedder.name if embedder else "")
         progress = self._state.progress
         self._set(replace(progress, passages=progress.passages + len(passages)))
