@@ -67,9 +67,12 @@ def _add_chat(commands: _Commands[argparse.ArgumentParser]) -> None:
     chat.add_argument("--system", help="system prompt")
     _add_sampling(chat)
     _add_loading(chat)
+    _add_speculation(chat)
     _add_thinking(chat)
     _add_tools(chat)
     chat.add_argument("--json", action="store_true", help="JSON lines on stdout")
+    chat.add_argument("--schema", type=Path, metavar="FILE.json",
+                      help="hold every reply to this JSON schema (the reply is JSON)")
     chat.add_argument("--attach", action="append", default=[], type=Path, metavar="PATH",
                       help="a file or folder the replies answer from (repeatable)")
     going_on = chat.add_mutually_exclusive_group()
@@ -101,6 +104,15 @@ def _add_loading(chat: argparse.ArgumentParser) -> None:
                       help="the KV cache's type: f16 (default), q8_0 or q4_0 (less memory)")
     chat.add_argument("--gpu-layers", metavar="auto|all|off|N",
                       help="layers on the GPU: auto (default: as many as fit), all, off, or N")
+
+
+def _add_speculation(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--draft", metavar="MODEL",
+                         help="a small model of the same vocabulary (a .gguf path or a model "
+                              "name) that drafts tokens for the model to check")
+    command.add_argument("--no-speculation", action="store_true",
+                         help="no speculative decoding (slower where replies repeat "
+                              "their input)")
 
 
 def _add_thinking(chat: argparse.ArgumentParser) -> None:
@@ -164,6 +176,7 @@ def _add_serve(commands: _Commands[argparse.ArgumentParser]) -> None:
         "at http://127.0.0.1:8484/v1), with no window")
     serve.add_argument("--port", type=int, help="the port (default 8484, else the next free)")
     serve.add_argument("--model", "-m", help="a .gguf path or a model name from `models`")
+    _add_speculation(serve)
     serve.add_argument("--token", nargs="?", const="", metavar="TOKEN",
                        help="require this token of every request; alone: the token kept in "
                             "the settings (made once)")
@@ -284,13 +297,15 @@ def chat_instead_of_window(args: argparse.Namespace) -> int:
                  "repeat_penalty", "seed", "max_tokens", "context", "threads",
                  "prompt_threads", "batch_size", "flash_attention", "kv_cache", "gpu_layers",
                  "thinking",
-                 "thinking_budget", "conversation"):
+                 "thinking_budget", "conversation", "draft", "no_speculation"):
         setattr(args, name, None)
     if args.open is not None:  # the file the window would have opened
         args.model = str(args.open)
     args.hide_thinking = False
     args.continue_last = False
     args.json = False
+    args.schema = args.tools = None
+    args.tool_choice, args.allow_tools, args.attach = "auto", False, []
     args.command = "chat"
     return run(args)
 

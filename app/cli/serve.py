@@ -11,7 +11,8 @@ from app.cli.terminal import (
     load_model,
     restore_signal_handlers,
 )
-from app.core.fireside import Fireside
+from app.core.fireside import Fireside, SessionSettings
+from app.core.models.drafts import choose_draft
 
 
 def run_serve(args: argparse.Namespace) -> int:
@@ -25,12 +26,19 @@ def run_serve(args: argparse.Namespace) -> int:
             out.notice(notice)
         try:
             path = core.startup_model(args.model)
+            draft = choose_draft(args.draft, path, core.library.entries) \
+                if args.draft else None
         except LookupError as err:
             out.error(str(err))
             return 2
-        model = load_model(core, path, out)
+        core.session = SessionSettings(
+            draft_model=str(draft) if draft else None,
+            sampling={"speculation": False} if args.no_speculation else {})
+        model = load_model(core, path, out, draft_required=draft is not None)
         if model is None:
             return 1
+        if draft is not None and model.draft is None:
+            return 2
         token = args.token
         if token == "":  # --token alone: the one the settings keep, made once
             token = core.settings.api_token or new_token()

@@ -32,8 +32,9 @@ from app.core.conversations.chat import (
 from app.core.conversations.notices import Level
 from app.core.conversations.store import StoreError
 from app.core.fireside import EXIT_SAVE_S, Fireside, SessionSettings
+from app.core.models.drafts import choose_draft
 from app.core.options import DEFAULT_BATCH
-from app.core.reply import tool_calls
+from app.core.reply import json_schema, tool_calls
 from app.core.reply.pieces import Pieces
 from app.core.reply.replies import ToolRun
 from app.core.tools import mcp_tools
@@ -134,19 +135,30 @@ def _chat(core: Fireside, args: argparse.Namespace, out: Output) -> int:
     status = _report_startup(core, out)
     try:
         model_path = core.startup_model(args.model)
+        draft = choose_draft(args.draft, model_path, core.library.entries) \
+            if args.draft else None
     except LookupError as err:
         out.error(str(err))
+        return 2
+    schema, schema_problem = _read_schema(args)
+    if schema_problem:
+        out.error(schema_problem)
         return 2
     tools_problem = _use_tools(core, args, out)
     if tools_problem:
         out.error(tools_problem)
         return 2
-    core.session = _session_settings(args)
+    core.session = _session_settings(args, draft)
+    if schema is not None:  # every reply of the session is held to it
+        core.session.sampling["schema"] = schema
     out.hide_thinking = args.hide_thinking
     previous_handlers = install_signal_handlers()
     try:
-        if load_model(core, model_path, out) is None:
+        loaded = load_model(core, model_path, out, draft_required=draft is not None)
+        if loaded is None:
             return 1
+        if draft is not None and loaded.draft is None:
+            return 2  # refused, and told: the speed asked for is not there
         if (args.conversation is not None or args.continue_last) and \
                 not _go_on(core, args.conversation, out):
             return 2
@@ -210,7 +222,7 @@ def _report_startup(core: Fireside, out: Output) -> int:
     return status
 
 
-def _session_settings(args: argparse.Namespace) -> SessionSettings:
+def _session_settings(args: argparse.Namespace, draft: Path | None) -> SessionSettings:
     """The command line's choices, for this session only: the saved settings stay as
     they are."""
     return SessionSettings(
@@ -218,11 +230,34 @@ def _session_settings(args: argparse.Namespace) -> SessionSettings:
         system_prompt=args.system,
         flash_attention=args.flash_attention, kv_cache=args.kv_cache,
         batch_size=args.batch_size, prompt_threads=args.prompt_threads,
-        gpu_layers=args.gpu_layers,
+        gpu_layers=args.gpu_layers, draft_model=str(draft) if draft else None,
         sampling={"temperature": args.temperature, "top_p": args.top_p, "top_k": args.top_k,
                   "min_p": args.min_p, "repeat_penalty": args.repeat_penalty,
                   "seed": args.seed, "max_tokens": args.max_tokens,
-                  "thinking": args.thinking, "thinking_budget": args.thinking_budget})
+                  "thinking": args.thinking, "thinking_budget": args.thinking_budget,
+                  "speculation": False if args.no_speculation else None})
+
+
+def _read_schema(args: argparse.Namespace) -> tuple[str | None, str | None]:
+    """``--schema``'s JSON schema (json_schema.check's text), or why it cannot be used."""
+    path: Path | None = args.schema
+    if path is None:
+        return None, None
+    if args.tools is not None:
+        return None, ("--schema and --tools cannot go together: a reply is held either to "
+                      "a tool call or to the schema.")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None, f"{path} does not exist."
+    except (OSError, UnicodeDecodeError) as err:
+        return None, f"{path} cannot be read: {err}"
+    try:
+        return json_schema.check(json.loads(text)), None
+    except json_schema.SchemaError as err:
+        return None, f"The schema in {path} cannot be held: {err}"
+    except ValueError as err:
+        return None, f"{path} is not JSON: {err}"
 
 
 def _use_tools(core: Fireside, args: argparse.Namespace, out: Output) -> str | None:
@@ -289,7 +324,10 @@ def _save_the_rest(core: Fireside, out: Output) -> int:
     return 1
 
 
-def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
+def load_model(core: Fireside, path: Path, out: Output,
+               draft_required: bool = False) -> LoadedModel | None:
+    """Load ``path`` and say so; None (told) if it failed. With ``draft_required`` a
+    draft model refused is told as an error: the caller ends the session."""
     def progress(fraction: float) -> None:
         if not out.as_json and sys.stderr.isatty():
             out.err.write(f"\rLoading {path.name}… {fraction:4.0%}")
@@ -308,12 +346,16 @@ def load_model(core: Fireside, path: Path, out: Output) -> LoadedModel | None:
               flash_attention=options.flash_attention, kv_cache=options.kv_cache,
               batch_size=options.batch_size or DEFAULT_BATCH,
               threads=loaded.n_threads, prompt_threads=options.prompt_threads or loaded.n_threads,
-              **_placement(loaded))
+              draft=loaded.draft, **_placement(loaded))
+    if draft_required and loaded.draft is None:
+        out.error(loaded.notice or f"{loaded.name} loaded without its draft model.")
+        return loaded
     if loaded.notice:
         out.notice(loaded.notice)
     if not out.as_json:
         where = f", {loaded.placement.where}" if loaded.placement else ""
-        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context{where}).")
+        drafted = f", drafted by {loaded.draft}" if loaded.draft else ""
+        out.note(f"{loaded.name} is ready ({loaded.n_ctx:,}-token context{where}{drafted}).")
     return loaded
 
 
@@ -447,6 +489,8 @@ class _TerminalChat:
                        ttft_s=round(stats.ttft_s, 4), tokens_per_s=round(stats.tokens_per_s, 2),
                        stopped=stats.stopped, finish_reason=stats.finish_reason,
                        dropped_turns=stats.dropped_turns, sources=list(turn.sources),
+                       draft_proposed=stats.draft_proposed,
+                       draft_accepted=stats.draft_accepted,
                        **_placement(self.core.model))
         if not self.out.as_json:
             for source in turn.sources:

@@ -108,6 +108,9 @@ class LoadedModel:
     stops: tuple[str, ...] = ()
     notice: str | None = None  # what the user should know of how it loaded
     placement: Placement | None = None  # where its layers are (None: a server's model)
+    # The model drafting for it (its display name), loaded beside it; None: prompt
+    # lookup alone (a refused draft model is told in ``notice``).
+    draft: str | None = None
 
     @property
     def thinks(self) -> bool:

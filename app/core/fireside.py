@@ -94,6 +94,7 @@ class SessionSettings:
     batch_size: int | None = None
     prompt_threads: int | None = None
     gpu_layers: str | None = None
+    draft_model: str | None = None  # a path (drafts.choose_draft)
     system_prompt: str | None = None
     sampling: dict[str, Any] = field(default_factory=dict)  # Sampling fields
     # Reopen the open conversation at the next start (the window's session does).
@@ -252,7 +253,7 @@ class Fireside:
             n_ctx=session.n_ctx, n_threads=session.n_threads,
             flash_attention=session.flash_attention, kv_cache=session.kv_cache,
             batch_size=session.batch_size, prompt_threads=session.prompt_threads,
-            gpu_layers=session.gpu_layers)).checked()
+            gpu_layers=session.gpu_layers, draft_model=session.draft_model)).checked()
 
     def hardware(self) -> devices.Hardware:
         """The devices llama.cpp sees now, with their free memory."""

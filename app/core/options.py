@@ -49,6 +49,9 @@ class LoadOptions:
     prompt_threads: int | None = None  # for reading prompts; None: as n_threads
     gpu_layers: str = "auto"  # checked_gpu_layers
     gpu_margin_mib: int | None = None  # GPU memory auto leaves free; None: offload.margin
+    # A small model of the same vocabulary that drafts tokens for this one to check
+    # (its path; None: prompt lookup alone). It has its own context.
+    draft_model: str | None = None
 
     def checked(self) -> LoadOptions:
         """These options with an unknown choice (a hand-edited settings file) at its
@@ -90,3 +93,11 @@ class Sampling:
     # Text that ends the reply besides the model's own ends (the local API's ``stop``):
     # applied where the model's are, so the reply ends at the same token.
     stop: tuple[str, ...] = ()
+    # A JSON schema (its JSON text) the whole reply is held to by a grammar (the local
+    # API's ``response_format``, ``fireside chat --schema``); None: free text.
+    schema: str | None = None
+    # Speculative decoding: drafted tokens checked by the model in one pass
+    # (app.core.llama.speculation): the model keeps only what it would have written.
+    # Off here, so that a Sampling of its own decodes as llama.cpp does; the app's
+    # settings turn it on.
+    speculation: bool = False

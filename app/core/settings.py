@@ -22,14 +22,16 @@ logger = logging.getLogger(__name__)
 
 API_PORT = 8484  # Fireside's own API, unless taken or changed
 _SAMPLING = Sampling()  # sampling defaults live in one place: the engine's Sampling
-# The Sampling fields a user sets (a request's own stop strings are never saved).
-_SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling) if f.name != "stop")
+# The Sampling fields a user sets (a request's own stop strings and schema are never
+# saved).
+_SAMPLING_FIELDS = tuple(f.name for f in dataclasses.fields(Sampling)
+                         if f.name not in ("stop", "schema"))
 JsonObject = dict[str, Any]  # kept as it is when it is an object; read where it is used
 
 # What a model can have of its own (stored only when it differs from the defaults).
 MODEL_FIELDS = ("context_size", "threads", "template_override", "system_prompt",
                 "flash_attention", "kv_cache", "batch_size", "prompt_threads", "gpu_layers",
-                *_SAMPLING_FIELDS)
+                "draft_model", *_SAMPLING_FIELDS)
 
 
 @dataclass
@@ -48,6 +50,7 @@ class Settings:
     seed: int | None = _SAMPLING.seed
     thinking: str = _SAMPLING.thinking  # thinking.THINKING_CHOICES
     thinking_budget: int | None = _SAMPLING.thinking_budget  # None: no limit
+    speculation: bool = True  # drafting where it pays (Sampling's own default is off)
     context_size: int | None = None  # None: the model's trained length, at most 8192
     threads: int | None = None  # for generating; None: one per physical core
     # For people who know llama.cpp's switches (options.LoadOptions says each).
@@ -110,7 +113,8 @@ class Settings:
             batch_size=own.get("batch_size", self.batch_size),
             prompt_threads=own.get("prompt_threads", self.prompt_threads),
             gpu_layers=own.get("gpu_layers", self.gpu_layers),
-            gpu_margin_mib=self.gpu_margin_mib).checked()
+            gpu_margin_mib=self.gpu_margin_mib,
+            draft_model=own.get("draft_model") or None).checked()
 
     def system_prompt_for(self, model: Path | str | None = None) -> str:
         return str(self.model_overrides(model).get("system_prompt", self.system_prompt))
@@ -213,7 +217,7 @@ def _coerce(value: Any, default: Any, annotation: str) -> Any:
 
 
 _FIELD_TYPES = {f.name: str(f.type) for f in dataclasses.fields(Settings)} | {
-    "template_override": "str | None"}
+    "template_override": "str | None", "draft_model": "str | None"}
 
 
 def _model_records(value: Mapping[str, Any]) -> dict[str, dict[str, Any]]:

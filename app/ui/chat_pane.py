@@ -288,7 +288,8 @@ class ChatPane(QObject):
         w.top_bar.show_loading(None)
         w.picker.set_current(model.path)
         w.status.set_context_size(model.n_ctx)
-        w.status.set_message(f"{model.name} · {model.n_ctx:,}-token context")
+        drafted = f" · drafted by {model.draft}" if model.draft else ""
+        w.status.set_message(f"{model.name} · {model.n_ctx:,}-token context{drafted}")
         w.status.set_placement(model.placement)
         w.composer_bar.set_can_send(True)
         served = servers.on_server(model.path)

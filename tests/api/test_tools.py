@@ -195,6 +195,9 @@ def auto_reply(model: Path, text: str) -> tuple[Any, str]:
     what raw llama-cpp-python writes after the same prompt tokens."""
     prefs = settings.load().settings
     prefs.temperature = 0.0
+    # Held against plain decoding: drafted tokens are checked in batches, which
+    # llama.cpp rounds apart from single tokens (tests/core/test_speculation.py).
+    prefs.speculation = False
     engine = Engine()
     core = Fireside.open(prefs=prefs, engine=engine)
     n_ctx = core.load(model).result().n_ctx

@@ -23,7 +23,8 @@ def test_settings_feed_the_engine() -> None:
     prefs = settings.Settings(temperature=0.0, top_p=0.5, max_tokens=99, seed=3,
                               context_size=2048, threads=1)
     assert prefs.sampling() == Sampling(temperature=0.0, top_p=0.5, top_k=40, min_p=0.05,
-                                        repeat_penalty=1.1, max_tokens=99, seed=3)
+                                        repeat_penalty=1.1, max_tokens=99, seed=3,
+                                        speculation=True)  # on for the app's replies
     assert prefs.load_options() == LoadOptions(n_ctx=2048, n_threads=1)
 
 

@@ -25,14 +25,14 @@ from app.core.backend import (
     Session,
 )
 from app.core.options import Sampling
-from app.core.reply import templates, thinking, tool_calls
+from app.core.reply import json_schema, templates, thinking, tool_calls
 from app.core.reply.replies import ReplyStats, ToolCall
 
 MAX_STOP_STRINGS = 4  # as OpenAI allows
 ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
          "tool": "tool"}
 # Fields OpenAI clients send that change nothing here while they hold these values.
-HARMLESS = {"n": 1, "logprobs": False, "response_format": {"type": "text"}}
+HARMLESS = {"n": 1, "logprobs": False}
 MAX_TOOLS = 128  # as OpenAI allows
 
 
@@ -64,6 +64,7 @@ class CompletionRequest:
     include_usage: bool = False
     thinking: str = "on"  # from reasoning_effort: thinking.THINKING_CHOICES
     tools: tool_calls.ToolUse | None = None
+    schema: str | None = None  # response_format's JSON schema (json_schema.check's text)
 
     def prompt(self) -> PromptBuilder:
         """The messages through the loaded model's own chat template; tools as the
@@ -94,7 +95,8 @@ class CompletionRequest:
     def sampling_for(self, model_settings: Sampling, n_ctx: int) -> Sampling:
         """The model's settings with what the request sets; without ``max_tokens`` the
         reply may run to the end of the context, as OpenAI's does."""
-        fields = {"max_tokens": n_ctx, **self.sampling, "stop": self.stop}
+        fields = {"max_tokens": n_ctx, **self.sampling, "stop": self.stop,
+                  "schema": self.schema}
         if self.thinking != "on":
             fields["thinking"] = self.thinking
         return dataclasses.replace(model_settings, **fields)
@@ -113,9 +115,18 @@ def read_request(body: Any) -> CompletionRequest:
     stream, include_usage = _streaming(body)
     sampling = _sampling(body)
     use = _tool_use(body)
+    schema = _response_format(body)
+    # A reply is held either to a call's grammar or to the schema's, from the first
+    # token: with a tool the model may call, which would hold is not known before it
+    # writes. tool_choice "none" (a structured answer after the tools' results) is fine.
+    if schema is not None and use is not None and use.callable:
+        raise ApiError(400, "'response_format' cannot be combined with tools the model may "
+                       "call: send tool_choice \"none\" for an answer held to the schema, or "
+                       "leave 'response_format' out.", param="response_format")
     effort = _thinking(body)
     return CompletionRequest(model, _messages(body.get("messages")), sampling,
-                             _stops(body.get("stop")), stream, include_usage, effort, use)
+                             _stops(body.get("stop")), stream, include_usage, effort, use,
+                             schema)
 
 
 def _refuse_unsupported(body: Mapping[str, Any]) -> None:
@@ -158,6 +169,41 @@ def _sampling(body: Mapping[str, Any]) -> dict[str, Any]:
     if seed is not None:
         sampling["seed"] = seed
     return sampling
+
+
+def _response_format(body: Mapping[str, Any]) -> str | None:
+    """``response_format`` as the schema the reply is held to (None: free text)."""
+    value = body.get("response_format")
+    if value is None:
+        return None
+    kind = value.get("type") if isinstance(value, Mapping) else None
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return json_schema.JSON_OBJECT
+    if kind != "json_schema":
+        given = f" (not {kind!r})" if isinstance(kind, str) else ""
+        raise ApiError(400, "'response_format' must be {\"type\": \"text\"}, {\"type\": "
+                       "\"json_object\"} or {\"type\": \"json_schema\", \"json_schema\": "
+                       f"{{...}}}}{given}.", param="response_format")
+    spec = value.get("json_schema")
+    if not isinstance(spec, Mapping):
+        raise ApiError(400, "'response_format.json_schema' must be an object with a 'name' "
+                       "and a 'schema'.", param="response_format")
+    name = spec.get("name")
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", name):
+        raise ApiError(400, "'response_format.json_schema.name' must be 1 to 64 letters, "
+                       "digits, underscores or dashes.", param="response_format")
+    for field, kind_of in (("description", str), ("strict", bool)):
+        if spec.get(field) is not None and not isinstance(spec[field], kind_of):
+            raise ApiError(400, f"'response_format.json_schema.{field}' must be "
+                           f"{_A[kind_of]}.", param="response_format")
+    # Held whether "strict" or not: a grammar holds the whole reply either way.
+    try:
+        return json_schema.check(spec.get("schema", True))
+    except json_schema.SchemaError as err:
+        raise ApiError(400, f"The schema in 'response_format' cannot be held: {err}",
+                       param="response_format") from err
 
 
 def _thinking(body: Mapping[str, Any]) -> str:
@@ -340,10 +386,17 @@ def finish_reason(stats: ReplyStats) -> str:
 
 
 def usage(stats: ReplyStats) -> dict[str, Any]:
+    """OpenAI's usage; the drafted tokens (speculative decoding) also under the names of
+    its Predicted Outputs, which count the same thing."""
+    accepted = stats.draft_accepted
     return {"prompt_tokens": stats.prompt_tokens, "completion_tokens": stats.tokens,
             "total_tokens": stats.prompt_tokens + stats.tokens,
             "prompt_tokens_details": {"cached_tokens": stats.cached_tokens},
-            "completion_tokens_details": {"reasoning_tokens": stats.thinking_tokens}}
+            "completion_tokens_details": {
+                "reasoning_tokens": stats.thinking_tokens,
+                "accepted_prediction_tokens": accepted,
+                "rejected_prediction_tokens": max(0, stats.draft_proposed - accepted)},
+            "draft_proposed": stats.draft_proposed, "draft_accepted": accepted}
 
 
 def timings(stats: ReplyStats) -> dict[str, Any]:
@@ -352,7 +405,8 @@ def timings(stats: ReplyStats) -> dict[str, Any]:
     return {"prompt_n": stats.prompt_tokens - stats.cached_tokens,
             "cache_n": stats.cached_tokens, "prompt_ms": round(stats.ttft_s * 1000, 2),
             "predicted_n": stats.tokens,
-            "predicted_per_second": round(stats.tokens_per_s, 2)}
+            "predicted_per_second": round(stats.tokens_per_s, 2),
+            "draft_n": stats.draft_proposed, "draft_n_accepted": stats.draft_accepted}
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,7 @@ from app.core.llama import (
     sampler_chain,
     saved_state,
     seq_states,
+    speculation,
     state_files,
 )
 from app.core.llama.reply_loop import ReplyLoop
@@ -106,6 +107,7 @@ class Engine(OneThreadBackend):
         """``states_dir``: where sequence states are kept on disk (None: memory only);
         the budgets are in bytes (memory's default depends on this computer's)."""
         self._llm: llama_cpp.Llama | None = None  # inference thread only
+        self._draft: speculation.DraftModel | None = None  # drafting for it, if chosen
         self._known_architectures: set[str] = set()
         self._footprints: dict[Path, int] = {}  # estimated memory of models checked
         self._active: ReplyHandle | None = None
@@ -144,6 +146,8 @@ class Engine(OneThreadBackend):
     def _empty(self, llm: llama_cpp.Llama) -> None:
         llm.reset()
         llm._ctx.kv_cache_clear()
+        if self._draft is not None:
+            self._draft.clear()
         self._owner = None
 
     def kept_states(self) -> KeptStates:
@@ -320,12 +324,51 @@ class Engine(OneThreadBackend):
             raise ModelLoadError(f"{path.name} cannot be used: {err}") from err
         self._llm = llm
         self._model_key = _model_key(path, llm.n_ctx(), options)
+        if options.draft_model:
+            self._draft = self._open_draft(llm, path, Path(options.draft_model), placement,
+                                           load.notices)
         self._loaded = self._described(
             llm, path, options, template=template, placement=placement,
             notice=" ".join(load.notices) or None, seconds=time.perf_counter() - started)
         if on_progress is not None:
             on_progress(1.0)
         return self._loaded
+
+    def _open_draft(self, llm: llama_cpp.Llama, path: Path, draft: Path,
+                    placement: offload.Plan,
+                    notices: list[str]) -> speculation.DraftModel | None:
+        """The draft model chosen for ``llm``, in a context as long as its own (it follows
+        the same conversation); None, with the reason told in ``notices``, if it cannot
+        draft for it. The model itself stays loaded either way."""
+        def refused(reason: str) -> None:
+            notices.append(f"{draft.name} cannot draft for {path.name}: {reason}. Replies are "
+                           "drafted from the conversation alone.")
+
+        try:
+            header = header_cache.cached_header(draft)
+        except (gguf.GGUFError, OSError) as err:
+            refused(f"it cannot be read ({err})")
+            return None
+        if catalog.is_embedding_model(header):
+            refused(f"it is {catalog.NOT_FOR_CHAT}")
+            return None
+        # On the GPU only where the model itself is wholly there: else the CPU's.
+        layers = 999 if placement.gpu_layers >= placement.n_layers > 0 else 0
+        llama_runtime.router.recent_errors.clear()
+        try:
+            drafting = llama_cpp.Llama(model_path=str(draft), n_ctx=llm.n_ctx(), **llama_arguments(
+                LoadOptions(n_threads=llm.n_threads, prompt_threads=llm.n_threads_batch),
+                layers), verbose=False)
+        except (ValueError, RuntimeError, OSError):
+            gc.collect()
+            refused(f"it could not be loaded ({_llama_reason()})")
+            return None
+        reason = speculation.same_vocabulary(llm, drafting)
+        if reason is not None:
+            drafting.close()
+            refused(reason)
+            return None
+        return speculation.DraftModel(drafting, catalog.display_name(drafting.metadata, draft))
 
     def _described(self, llm: llama_cpp.Llama, path: Path, options: LoadOptions, *,
                    template: ChatTemplate, placement: offload.Plan, notice: str | None,
@@ -346,11 +389,15 @@ class Engine(OneThreadBackend):
             n_threads=llm.n_threads, template=template,
             seconds=seconds, options=options,
             base_model=base_model, notice=notice, placement=placement,
-            stops=("\n\n", *templates.next_turn_markers(template)) if base_model else ())
+            stops=("\n\n", *templates.next_turn_markers(template)) if base_model else (),
+            draft=self._draft.name if self._draft is not None else None)
 
     def _unload(self) -> None:
         llm, self._llm, self._loaded = self._llm, None, None
         self._model_key, self._owner = None, None
+        if self._draft is not None:
+            self._draft.close()
+            self._draft = None
         if llm is not None:
             llm.close()
             del llm
@@ -368,7 +415,12 @@ class Engine(OneThreadBackend):
         cached, restored = self._reuse(llm, plan.tokens)
         self._owner = handle.owner
         llm.set_seed(sampling.seed if sampling.seed is not None else random.getrandbits(31))
-        loop = ReplyLoop(llm, model, plan, sampling, handle.pieces)
+        # The draft model the user chose first; where it is unsure, the conversation.
+        drafters: list[speculation.Drafter] = [speculation.PromptLookup()]
+        if self._draft is not None:
+            drafters.insert(0, self._draft)
+        loop = ReplyLoop(llm, model, plan, sampling, handle.pieces,
+                         drafters=speculation.Drafters(drafters))
         self._active = handle
         # The abort check costs a Python call per graph node: worth it while a long
         # prompt is processed, not for each generated token (stop is checked between).

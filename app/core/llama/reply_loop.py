@@ -13,20 +13,20 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable, Generator, Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import llama_cpp
 
 from app.core.backend import LoadedModel, PromptPlan
-from app.core.llama import sampler_chain
+from app.core.llama import sampler_chain, speculation
 from app.core.llama.detok import PieceDecoder
 from app.core.options import Sampling
-from app.core.reply import thinking, tool_calls
+from app.core.reply import json_schema, thinking, tool_calls
 from app.core.reply.pieces import Pieces
 from app.core.reply.replies import FinishReason, Reply, ReplyStats
 from app.core.reply.reply_text import ReplyText
 
-Tokens = Generator[int, Sequence[int] | None, None]
+Tokens = Generator[int, Any, None]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,8 +62,12 @@ class ReplyLoop:
     """The decoding of one reply of ``model`` to ``plan``, written into ``pieces``."""
 
     def __init__(self, llm: llama_cpp.Llama, model: LoadedModel, plan: PromptPlan,
-                 sampling: Sampling, pieces: Pieces) -> None:
+                 sampling: Sampling, pieces: Pieces, *,
+                 drafters: speculation.Drafters | None = None) -> None:
+        """``drafters``: where drafted tokens come from (None: plain decoding)."""
         self._llm, self._model, self._plan, self._sampling = llm, model, plan, sampling
+        self._drafters = drafters if sampling.speculation else None
+        self.tally = speculation.Tally()
         self._vocab = llama_cpp.llama_model_get_vocab(llm.model)
         self._fmt = fmt = thinking.format_for(model.template.text)
         calls = plan.tools
@@ -75,12 +79,16 @@ class ReplyLoop:
                              calls=calls.format if calls else None,
                              drop_calls=calls is not None and not calls.allowed)
         # A call's arguments follow the functions' schemas: from the first token when the
-        # request forces a call (the thought skipped), else once a call has begun.
+        # request forces a call (the thought skipped), else once a call has begun. A reply
+        # held to a schema follows it from the first token.
         self._grammar = None if calls is None or not calls.allowed else sampler_chain.Grammar(
             calls.grammar, None if calls.forced else tool_calls.trigger_pattern(calls.format))
+        held = sampling.schema is not None
+        if held:
+            self._grammar = sampler_chain.Grammar(json_schema.grammar(sampling.schema or ""))
         self.tokens = list(plan.tokens)
-        if inside and (self._budget == 0 or (calls and calls.forced)):
-            # thinking off (or a call forced), and the template opened a thought
+        if inside and (self._budget == 0 or (calls and calls.forced) or held):
+            # thinking off (or a call or a schema forced), and the template opened a thought
             self.tokens += self._marks.closing
             self.out.add(fmt.closing, tokens=0)
         self._decoder = PieceDecoder(self._vocab, self._marks.shown)
@@ -143,7 +151,8 @@ class ReplyLoop:
             tokens_per_s=(produced - 1) / decode_s if produced > 1 and decode_s > 0 else 0.0,
             finish_reason=decoded.finish, dropped_turns=self._plan.dropped_turns,
             model=self._model.name, thinking_tokens=out.thinking_tokens,
-            thinking_s=out.thinking_s)
+            thinking_s=out.thinking_s, draft_proposed=self.tally.proposed,
+            draft_accepted=self.tally.accepted)
         if out.tool_calls and decoded.finish == "stop":
             stats = dataclasses.replace(stats, finish_reason="tool_calls")
         return Reply(answer, stats, thought, out.tool_calls)
@@ -185,10 +194,14 @@ class ReplyLoop:
 
     def _stream(self, prompt: list[int]) -> Tokens:
         sampling = self._sampling
-        return self._llm.generate(prompt, top_k=sampling.top_k, top_p=sampling.top_p,
-                                  min_p=sampling.min_p, temp=sampling.temperature,
-                                  repeat_penalty=sampling.repeat_penalty,
-                                  grammar=self._grammar)  # type: ignore[arg-type]  # sampler_chain reads it
+        chain: dict[str, Any] = {
+            "top_k": sampling.top_k, "top_p": sampling.top_p, "min_p": sampling.min_p,
+            "temp": sampling.temperature, "repeat_penalty": sampling.repeat_penalty,
+            "grammar": self._grammar}  # sampler_chain reads a Grammar
+        if self._drafters is None:
+            return self._llm.generate(prompt, **chain)
+        return speculation.stream(self._llm, prompt, self._llm._init_sampler(**chain),
+                                  self._drafters, self.tally)
 
 
 def _text_of(llm: llama_cpp.Llama, tokens: Sequence[int]) -> str:

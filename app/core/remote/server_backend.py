@@ -2,14 +2,16 @@
 
 The server applies its own chat template: Fireside sends the conversation as messages
 (the chat service still fits it to the model's context, with an estimate of its
-length). Sampling goes as the OpenAI API's own fields; those it lacks (top-k, min-p,
-repeat penalty) are not sent. A reader thread takes the stream, so a stop returns at
+length). Sampling goes as the OpenAI API's own fields, a schema as ``response_format``
+(the server holds the reply to it); those it lacks (top-k, min-p, repeat penalty) are
+not sent. A reader thread takes the stream, so a stop returns at
 once even while the server is silent; what came before a break is kept, marked "cut".
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 import queue
 import threading
 import time
@@ -31,7 +33,7 @@ from app.core.backend import (
 from app.core.options import LoadOptions, Sampling
 from app.core.remote import servers
 from app.core.remote.servers import Server
-from app.core.reply import templates
+from app.core.reply import json_schema, templates
 from app.core.reply.replies import FinishReason, Reply, ReplyStats
 from app.core.reply.reply_text import ReplyText
 
@@ -159,11 +161,17 @@ class RemoteBackend(OneThreadBackend):
 
 
 def _request_fields(sampling: Sampling) -> dict[str, Any]:
-    """The sampling the OpenAI API has fields for; a seed only when one is set."""
+    """The sampling the OpenAI API has fields for; a seed only when one is set; a
+    schema as ``response_format``, which the server holds the reply to itself."""
     fields: dict[str, Any] = {"temperature": sampling.temperature, "top_p": sampling.top_p,
                               "max_tokens": sampling.max_tokens}
     if sampling.seed is not None:
         fields["seed"] = sampling.seed
+    if sampling.schema == json_schema.JSON_OBJECT:
+        fields["response_format"] = {"type": "json_object"}
+    elif sampling.schema is not None:
+        fields["response_format"] = {"type": "json_schema", "json_schema": {
+            "name": "reply", "schema": json.loads(sampling.schema), "strict": True}}
     return fields
 
 

@@ -36,6 +36,10 @@ class ReplyStats:
     # Of tokens, those the model spent thinking, and for how long.
     thinking_tokens: int = 0
     thinking_s: float = 0.0
+    # Speculative decoding: tokens drafted for the model to check, and of those the ones
+    # it kept (each kept token is one forward pass saved).
+    draft_proposed: int = 0
+    draft_accepted: int = 0
 
     @property
     def stopped(self) -> bool:
@@ -69,7 +73,9 @@ class ReplyStats:
                    problem=problem if isinstance(problem, str) else "",
                    restored_tokens=int(number("restored_tokens")),
                    thinking_tokens=int(number("thinking_tokens")),
-                   thinking_s=float(number("thinking_s")))
+                   thinking_s=float(number("thinking_s")),
+                   draft_proposed=int(number("draft_proposed")),
+                   draft_accepted=int(number("draft_accepted")))
 
 
 @dataclass(frozen=True)
@@ -165,6 +171,8 @@ def describe(stats: ReplyStats) -> list[str]:
         lines.append(f"{stats.tokens:,} tokens{speed}")
     if stats.thinking_tokens:
         lines.append(f"{stats.thinking_tokens:,} of them thinking, for {stats.thinking_s:.1f} s")
+    if stats.draft_proposed:
+        lines.append(f"Draft: {stats.draft_accepted:,} of {stats.draft_proposed:,} accepted")
     if stats.ttft_s:
         lines.append(f"First token after {stats.ttft_s:.2f} s")
     if stats.prompt_tokens:

@@ -19,13 +19,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from app.core.reply import templates
+from app.core.reply import json_schema, templates
 from app.core.reply.replies import ToolCall
 
 MAX_PARALLEL = 10  # calls in one reply
@@ -239,21 +238,16 @@ def parse_calls(fmt: ToolFormat, text: str) -> tuple[ToolCall, ...]:
 def grammar(fmt: ToolFormat, use: ToolUse) -> str:
     """GBNF for the calls, from the opener on: what llama.cpp lets the model write once
     a call has begun (and from the first token when the request forces one)."""
-    from llama_cpp import llama_grammar  # noqa: PLC0415 - loads llama.cpp: only where a model writes
-
     rules: list[str] = []
     calls: list[str] = []
     for i, tool in enumerate(use.callable):
         args = f"args-{i}"
-        schema = _ranges_listed(dict(tool.parameters) or {"type": "object"})
+        schema = json_schema.ranges_listed(dict(tool.parameters) or {"type": "object"})
         try:
-            converter = llama_grammar.SchemaConverter(
-                prop_order={}, allow_fetch=False, dotall=False, raw_pattern=False)
-            converter.visit(converter.resolve_refs(schema, ""), "")
+            gbnf = json_schema.rules(schema)
         except Exception as err:  # the converter raises what it finds wrong
             raise ToolError(f"The parameters of '{tool.name}' are not a JSON schema "
                             f"Fireside can follow: {err}") from err
-        gbnf = converter.format_grammar()
         rules.append(_renamed(gbnf, f"t{i}-").replace(f"t{i}-root ::=", f"{args} ::=", 1))
         calls.append(f"call-{i}")
         rules.append(f"call-{i} ::= {fmt.envelope(tool.name, args)}")
@@ -264,30 +258,6 @@ def grammar(fmt: ToolFormat, use: ToolUse) -> str:
         if use.parallel and fmt.between else ""
     parts = ["" if fmt.opens_call else _lit(fmt.opener), fmt.first, f"({call})", more, fmt.closer]
     return "\n".join([f"root ::= {' '.join(p for p in parts if p)}", *rules]) + "\n"
-
-
-MAX_LISTED = 256
-
-
-def _ranges_listed(schema: Any) -> Any:
-    """The schema with each integer range of up to MAX_LISTED values listed as an enum:
-    llama-cpp-python's converter drops ``minimum``/``maximum``, an enum it keeps."""
-    if isinstance(schema, list):
-        return [_ranges_listed(s) for s in schema]
-    if not isinstance(schema, Mapping):
-        return schema
-    out = {k: _ranges_listed(v) for k, v in schema.items()}
-    low = out.get("minimum", out.get("exclusiveMinimum"))
-    high = out.get("maximum", out.get("exclusiveMaximum"))
-    if out.get("type") == "integer" and isinstance(low, int | float) \
-            and isinstance(high, int | float):
-        first = math.ceil(low) + (low == math.ceil(low) and "minimum" not in out)
-        last = math.floor(high) - (high == math.floor(high) and "maximum" not in out)
-        if 0 < last - first + 1 <= MAX_LISTED:
-            rest = {k: v for k, v in out.items() if k not in (
-                "type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")}
-            return {**rest, "enum": list(range(first, last + 1))}
-    return out
 
 
 def _renamed(gbnf: str, prefix: str) -> str:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QSpinBox, QWidget
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDoubleSpinBox, QSpinBox, QWidget
 
 from app.core.options import DEFAULT_BATCH
 
@@ -116,6 +116,15 @@ def _budget_box(parent: QWidget, name: str, label: str) -> QSpinBox:
     return box
 
 
+def _speculation_box(parent: QWidget, name: str, label: str) -> QCheckBox:
+    box = QCheckBox("On", parent)
+    named(box, name, label)
+    box.setToolTip("Drafts tokens from the conversation (and the draft model) for the model "
+                   "to check in one pass: faster where the reply repeats its input. The "
+                   "model keeps only the tokens it would have written itself")
+    return box
+
+
 # The sampling settings, in the defaults (Replies) and in "This model": field, label, box.
 SAMPLING_BOXES: tuple[tuple[str, str, BoxMaker], ...] = (
     ("temperature", "Temperature", real_box(0.0, 2.0, 0.05)),
@@ -126,6 +135,7 @@ SAMPLING_BOXES: tuple[tuple[str, str, BoxMaker], ...] = (
     ("max_tokens", "Max reply tokens", whole_box(1, 1 << 20)),
     ("thinking", "Thinking", _choices(_THINKING_CHOICES)),
     ("thinking_budget", "Thinking budget", _budget_box),
+    ("speculation", "Speculative decoding", _speculation_box),
 )
 
 

@@ -6,7 +6,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from PySide6.QtCore import QObject, Signal
-from PySide6.QtWidgets import QComboBox, QDoubleSpinBox, QFormLayout, QSpinBox, QWidget
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QDoubleSpinBox,
+    QFormLayout,
+    QSpinBox,
+    QWidget,
+)
 
 from app.core.settings import Settings
 from app.ui.settings.boxes import CLAMPED, W, spin_value
@@ -43,8 +50,18 @@ class Defaults(QObject):
         form.addRow(box.accessibleName(), box)
         return box
 
+    def check_row(self, box: QCheckBox, field: str, form: QFormLayout) -> QCheckBox:
+        """A row in ``form`` for a setting on or off: shows it, saves each click."""
+        box.setChecked(bool(getattr(self.prefs, field)))
+        box.toggled.connect(lambda on: self.set(field, on))
+        form.addRow(box.accessibleName(), box)
+        return box
+
     def row(self, box: QWidget, field: str, form: QFormLayout) -> QWidget:
-        """A row for ``box``, a number box or a list (boxes.TUNING_BOXES and the like)."""
+        """A row for ``box``, a number box, a list or a check box (boxes.TUNING_BOXES and
+        the like)."""
+        if isinstance(box, QCheckBox):
+            return self.check_row(box, field, form)
         if isinstance(box, QComboBox):
             return self.choice_row(box, field, form)
         if isinstance(box, QSpinBox):

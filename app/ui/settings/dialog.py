@@ -158,9 +158,10 @@ class SettingsDialog(QDialog):
 
     def set_models(self, entries: Sequence[ModelEntry]) -> None:
         """Offer these models: the usable ones to load at start, the embedding ones to
-        find passages in documents with."""
+        find passages in documents with, the small ones to draft for the loaded model."""
         self.models_page.set_models(entries)
         self.documents_page.set_models(entries)
+        self.this_model_page.set_models(entries)
 
     def set_sources(self, found: Sequence[Source]) -> None:
         """Show where each other app's store was found, or that it was not."""

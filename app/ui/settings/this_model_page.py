@@ -7,11 +7,13 @@ next time the model loads, which the page says, and it offers to reload it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QComboBox,
     QDoubleSpinBox,
     QLabel,
@@ -20,6 +22,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from app.core.models.drafts import draft_candidates
 from app.core.reply.templates import BUILTIN_TEMPLATES
 from app.core.settings import MODEL_FIELDS, Settings
 from app.ui.settings.boxes import (
@@ -35,8 +38,13 @@ from app.ui.settings.form_page import FormPage
 from app.ui.settings.form_parts import button_row, note
 from app.ui.settings.hardware_page import gpu_layers_box, gpu_layers_value
 
+if TYPE_CHECKING:
+    from app.core.models.catalog import ModelEntry
+
 SAVE_DELAY_MS = 400  # typing in the system prompt saves once the user pauses
-SIZE_FIELDS = ("context_size", "kv_cache", "gpu_layers")  # change the memory a model needs
+# Change the memory a model needs.
+SIZE_FIELDS = ("context_size", "kv_cache", "gpu_layers", "draft_model")
+NO_DRAFT = "None (prompt lookup only)"
 _UNUSABLE = object()  # nothing usable typed: the box shows the value kept again
 
 
@@ -53,6 +61,7 @@ class ThisModelPage(FormPage):
         self._save = save
         self._model_path: Path | None = None
         self._model_name = ""
+        self._entries: Sequence[ModelEntry] = ()  # the models found, some of which may draft
         self._filling = False  # the boxes are being set from the settings, not by the user
         self._prompt_timer = QTimer(self)
         self._prompt_timer.setSingleShot(True)
@@ -79,6 +88,11 @@ class ThisModelPage(FormPage):
         if line is not None:
             line.editingFinished.connect(lambda: self._on_value_changed("gpu_layers"))
         self._add_row("gpu_layers", "GPU offload", gpu)
+        self.draft_box = QComboBox(self)
+        self.draft_box.setToolTip("A small model of the same vocabulary that drafts tokens "
+                                  "for this one to check: the same replies, sooner. Only "
+                                  "the models that can draft for it are listed.")
+        self._add_row("draft_model", "Draft model", self.draft_box)
         self._add_row("template_override", "Chat template", _template_box(self))
         prompt = QPlainTextEdit(self)
         prompt.setPlaceholderText("Instructions this model sees before every chat")
@@ -98,10 +112,13 @@ class ThisModelPage(FormPage):
                 box.valueChanged.connect(lambda _v, name=name: self._on_value_changed(name))
             elif isinstance(box, QComboBox):
                 box.activated.connect(lambda _i, name=name: self._on_value_changed(name))
+            elif isinstance(box, QCheckBox):
+                box.toggled.connect(lambda _on, name=name: self._on_value_changed(name))
 
     def _add_buttons(self) -> None:
-        self.model_note = note("Context size, threads, llama.cpp's switches and the chat "
-                               "template apply the next time this model loads.", self)
+        self.model_note = note("Context size, threads, llama.cpp's switches, the draft "
+                               "model and the chat template apply the next time this model "
+                               "loads.", self)
         self.use_defaults = self.button("Use defaults", "useDefaultsButton")
         self.use_defaults.clicked.connect(self._on_use_defaults_clicked)
         reload_button = self.button("Reload model now", "reloadThisModelButton")
@@ -115,12 +132,33 @@ class ThisModelPage(FormPage):
         for box in self.model_boxes.values():
             box.setEnabled(path is not None)
         self.use_defaults.setEnabled(path is not None)
+        self._offer_drafts()
         self.refresh()
         if path is None:
             self.model_title.setText("No model is loaded. Load one to give it settings of "
                                      "its own.")
         else:
             self._show_title(name or path.name)
+
+    def set_models(self, entries: Sequence[ModelEntry]) -> None:
+        """The models found: those that can draft for the loaded model are offered."""
+        self._entries = entries
+        self._offer_drafts()
+        self.refresh()
+
+    def _offer_drafts(self) -> None:
+        """Fill the draft model's list: none, the models that pass the header check for
+        this one (smaller, same vocabulary), and the one it has if it is not among them."""
+        box, path = self.draft_box, self._model_path
+        box.clear()
+        box.addItem(NO_DRAFT, None)
+        if path is None:
+            return
+        for entry in draft_candidates(path, self._entries):
+            box.addItem(entry.name, str(entry.path))
+        kept = self.prefs.load_options(path).draft_model
+        if kept and box.findData(kept) < 0:  # gone, or set in the settings file by hand
+            box.addItem(Path(kept).name, kept)
 
     def refresh(self) -> None:
         """Show the values the model uses now: a default it uses may have changed."""
@@ -147,7 +185,7 @@ class ThisModelPage(FormPage):
             "prompt_threads": options.prompt_threads or 0,
             "batch_size": options.batch_size or 0,
             "flash_attention": options.flash_attention, "kv_cache": options.kv_cache,
-            "gpu_layers": options.gpu_layers,
+            "gpu_layers": options.gpu_layers, "draft_model": options.draft_model,
             "template_override": options.template_override,
             "system_prompt": self.prefs.system_prompt_for(path),
             **{name: getattr(sampling, name) for name in MODEL_FIELDS
@@ -190,6 +228,8 @@ class ThisModelPage(FormPage):
             return box.currentData()
         if isinstance(box, QPlainTextEdit):
             return box.toPlainText()
+        if isinstance(box, QCheckBox):
+            return box.isChecked()
         assert isinstance(box, QSpinBox | QDoubleSpinBox)
         return spin_value(name, box)
 
@@ -232,6 +272,8 @@ def _show(box: QWidget, value: object) -> None:
     elif isinstance(box, QPlainTextEdit):
         if box.toPlainText() != value:
             box.setPlainText(str(value))
+    elif isinstance(box, QCheckBox):
+        box.setChecked(bool(value))
     elif isinstance(box, QSpinBox):
         box.setValue(int(value))  # type: ignore[call-overload]
     elif isinstance(box, QDoubleSpinBox):
