@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from app.api.server import LocalServer
 from app.core import settings
 from app.core.fireside import Fireside
+from tests.api.test_tools import api
 from tests.model_server import free_port
 
 PERSON = {"type": "object", "properties": {
@@ -51,10 +52,6 @@ def server(request: pytest.FixtureRequest) -> Iterator[LocalServer]:
     yield server
     server.stop()
     core.close()
-
-
-def api(server: LocalServer) -> openai.OpenAI:
-    return openai.OpenAI(base_url=server.url, api_key="none", max_retries=0)
 
 
 def test_the_clients_parse_helper_gets_its_object_back(server: LocalServer) -> None:

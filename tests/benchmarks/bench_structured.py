@@ -29,13 +29,8 @@ from app.core.conversations.completions import read_request
 from app.core.fireside import Fireside
 from app.core.models import bundled
 from app.core.reply.replies import Reply
+from tests.api.test_structured_output import PERSON
 
-PERSON = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 20},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    "tags": {"type": "array", "items": {"enum": ["friend", "colleague", "family"]},
-             "maxItems": 3}},
-    "required": ["name", "age", "tags"], "additionalProperties": False}
 HELD = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
 ASK = [{"role": "user", "content": "Alice is 30 and a friend from work. Describe her."}]
 

@@ -10,15 +10,10 @@ from pathlib import Path
 import jsonschema
 import pytest
 
+from tests.api.test_structured_output import PERSON
 from tests.cli.test_commands import events, fireside
 from tests.model_server import llama_server
 
-PERSON = {"type": "object", "properties": {
-    "name": {"type": "string", "maxLength": 20},
-    "age": {"type": "integer", "minimum": 0, "maximum": 120},
-    "tags": {"type": "array", "items": {"enum": ["friend", "colleague", "family"]},
-             "maxItems": 3}},
-    "required": ["name", "age", "tags"], "additionalProperties": False}
 ASK = "Alice is 30 and a friend from work. Describe her."
 
 

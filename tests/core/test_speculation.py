@@ -324,3 +324,23 @@ def test_a_draft_model_of_another_vocabulary_is_refused_with_the_reason(
         assert reply.text and reply.stats.draft_proposed > 0
     finally:
         engine.close()
+
+
+def test_a_base_model_still_ends_before_a_line_it_repeats(gemma_path: Path) -> None:
+    """Gemma 3 270M (a base model here) asked to repeat lines: drafts of the repeated
+    text are proposed and checked, and the reply still ends where a line would repeat
+    or a blank line begins, as without drafting."""
+    engine = Engine()
+    try:
+        model = engine.load(gemma_path).result(120)
+        assert model.base_model
+        drafted = 0
+        for prompt in ("Say this twice:\nThe tide comes in.\nThe tide goes out.",
+                       REPEAT, PROMPTS[3]):
+            reply = ask(engine, user(prompt), dataclasses.replace(GREEDY, max_tokens=200))
+            lines = [line.strip() for line in reply.text.splitlines() if line.strip()]
+            assert len(lines) == len(set(lines)) and "\n\n" not in reply.text
+            drafted += reply.stats.draft_proposed
+        assert drafted > 0
+    finally:
+        engine.close()

@@ -16,10 +16,13 @@ decoding writes, sampled or greedy, and stops, grammars and penalties see the sa
 tokens. (Rejection sampling would keep more of a draft model's tokens at a temperature
 above 0, but needs the draft's probabilities and writes another reply at that seed.)
 
-The numbers are llama.cpp's: with several threads, and for repacked weights from four
-tokens on, its CPU kernels for one token and for a batch round differently (by up to
-about one unit of a logit, measured here), so a greedy choice between two near-equal
-tokens can fall differently with and without drafting, as it can between thread counts.
+The numbers are llama.cpp's, and its CPU kernels for one token and for a batch round
+differently (by up to about one unit of a logit, measured here): with several threads,
+flash attention splits a single token's attention across them once the context holds
+over 256 tokens (ggml-cpu's split-KV path) and merges the parts; repacked weights (Q4_0,
+Q4_K) take a gemm kernel from four tokens on. So a greedy choice between two near-equal
+tokens can fall differently with and without drafting, as it can between thread counts
+(llama.cpp's maintainers call this expected: issues #4479, #23335).
 
 Each drafter drafts further while its drafts are kept, and rests while fewer of them
 are kept than checking them costs (:class:`Drafters`, :class:`Pace`), so that a reply
