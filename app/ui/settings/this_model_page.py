@@ -90,8 +90,9 @@ class ThisModelPage(FormPage):
         self._add_row("gpu_layers", "GPU offload", gpu)
         self.draft_box = QComboBox(self)
         self.draft_box.setToolTip("A small model of the same vocabulary that drafts tokens "
-                                  "for this one to check: the same replies, sooner. Only "
-                                  "the models that can draft for it are listed.")
+                                  "for this one to check; it keeps only those it would have "
+                                  "written itself. Only the models that can draft for it "
+                                  "are listed.")
         self._add_row("draft_model", "Draft model", self.draft_box)
         self._add_row("template_override", "Chat template", _template_box(self))
         prompt = QPlainTextEdit(self)
