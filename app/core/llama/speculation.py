@@ -39,6 +39,8 @@ from typing import Any, Protocol
 import llama_cpp
 import numpy as np
 
+from app.core.backend import reusable_prefix
+
 MAX_DRAFT = 15  # tokens drafted at most per pass: a checked batch of 16
 
 
@@ -271,7 +273,8 @@ def stream(llm: llama_cpp.Llama, prompt: Sequence[int], sampler: Any, drafters: 
 
 
 def _shared(held: np.ndarray[Any, Any], seq: np.ndarray[Any, Any]) -> int:
-    """How many tokens ``held`` and ``seq`` begin with alike."""
+    """How many tokens ``held`` and ``seq`` begin with alike (``reusable_prefix`` in
+    numpy, for the draft model's context, compared at every pass)."""
     n = min(len(held), len(seq))
     differ = np.flatnonzero(held[:n] != seq[:n])
     return int(differ[0]) if len(differ) else n
@@ -280,8 +283,7 @@ def _shared(held: np.ndarray[Any, Any], seq: np.ndarray[Any, Any]) -> int:
 def _resume(llm: llama_cpp.Llama, tokens: list[int]) -> list[int]:
     """What of ``tokens`` must still be read: the sequence keeps the prefix it shares
     with them (as ``generate`` does), less the last token, read again for its logits."""
-    same = min(_shared(llm._input_ids, np.asarray(tokens, dtype=llm.input_ids.dtype)),
-               len(tokens) - 1)
+    same = reusable_prefix(llm._input_ids, tokens)  # as the engine counted it
     if same > 0 and llm._ctx.kv_cache_seq_rm(-1, same, -1):
         llm.n_tokens = same
         return tokens[same:]
